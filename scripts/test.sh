@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole check: install into .venv, lint, format check, type check, tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/ruff check smg tests bench
+.venv/bin/ruff format --check smg tests bench
+.venv/bin/mypy smg
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,5 @@
+import sys
+
+from smg.cli import main
+
+sys.exit(main())

@@ -1,0 +1,56 @@
+"""Messages between the gateway's long-lived actors: plain frozen data, dispatched with `match`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from smg.actors.snapshots import WorkerSnapshot
+
+
+# --- to a WorkerActor ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A request to this worker finished; `success` as the circuit breaker counts it."""
+
+    success: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerPoll:
+    """The breaker's open timeout may have lapsed: move to half-open and publish."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTick:
+    """Time for the next health check."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    ok: bool
+    model_id: str | None = None
+    detail: str = ""
+
+
+# --- to the RegistryActor -----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AddWorker:
+    url: str
+    api_key: str | None = None
+    worker_type: str = "regular"
+    model_id: str | None = None
+    priority: int = 50
+    cost: float = 1.0
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveWorker:
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerChanged:
+    """A worker published a new snapshot."""
+
+    snapshot: WorkerSnapshot

@@ -1,0 +1,95 @@
+"""Immutable views the actors publish for the hot path.
+
+Owners build a new snapshot on every change and swap it into a `SnapshotCell`; readers take
+`cell.value` and use it for the whole request. The one mutable piece is `LoadCounter`, the
+in-flight count per worker, which the request path bumps directly (the asyncio equivalent of the
+Rust gateway's atomic counter: a message per increment would cost more than the routing itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
+from smg.core.health import HealthStatus
+
+T = TypeVar("T")
+
+
+class SnapshotCell(Generic[T]):
+    __slots__ = ("value", "version")
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+        self.version = 0
+
+    def publish(self, value: T) -> None:
+        self.value = value
+        self.version += 1
+
+
+class LoadCounter:
+    __slots__ = ("active", "processed")
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.processed = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSnapshot:
+    worker_id: str
+    url: str
+    model_id: str | None
+    worker_type: str
+    health: HealthStatus
+    breaker: BreakerSnapshot
+    counter: LoadCounter = field(compare=False)
+    api_key: str | None = field(default=None, repr=False)
+    priority: int = 50
+    cost: float = 1.0
+    labels: tuple[tuple[str, str], ...] = ()
+    # The breaker needs to hear about successes only while it is counting something.
+    breaker_counting: bool = False
+    # Where the request path reports outcomes (the worker's own actor); set once it runs.
+    ref: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def load(self) -> int:
+        return self.counter.active
+
+    @property
+    def healthy(self) -> bool:
+        return self.health is HealthStatus.READY
+
+    def routable(self, now: float) -> bool:
+        return self.health is HealthStatus.READY and self.breaker.allows(now)
+
+    @property
+    def circuit_open(self) -> bool:
+        return self.breaker.state is BreakerState.OPEN
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrySnapshot:
+    workers: tuple[WorkerSnapshot, ...] = ()
+    by_id: dict[str, WorkerSnapshot] = field(default_factory=dict)
+    # model id -> every worker serving it (any health); routability is checked per request
+    by_model: dict[str, tuple[WorkerSnapshot, ...]] = field(default_factory=dict)
+
+    @staticmethod
+    def build(workers: tuple[WorkerSnapshot, ...]) -> RegistrySnapshot:
+        by_model: dict[str, list[WorkerSnapshot]] = {}
+        for w in workers:
+            if w.model_id is not None:
+                by_model.setdefault(w.model_id, []).append(w)
+        return RegistrySnapshot(
+            workers=workers,
+            by_id={w.worker_id: w for w in workers},
+            by_model={m: tuple(ws) for m, ws in by_model.items()},
+        )
+
+    def models(self) -> list[str]:
+        """Models with at least one healthy worker."""
+        return [m for m, ws in self.by_model.items() if any(w.healthy for w in ws)]

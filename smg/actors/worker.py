@@ -1,0 +1,163 @@
+"""WorkerActor: owns one worker's health status and circuit breaker; publishes its snapshot.
+
+Health checks run as tasks the actor owns; their results come back as messages, so the mailbox
+keeps flowing while a probe waits on the network. The request path reports outcomes with `tell`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, Protocol
+
+import structlog
+
+from smg.actors.messages import BreakerPoll, Outcome, ProbeResult, ProbeTick, WorkerChanged
+from smg.actors.runtime import Actor, ActorRef
+from smg.actors.snapshots import LoadCounter, WorkerSnapshot
+from smg.config import CircuitBreakerConfig, HealthConfig
+from smg.core.circuit_breaker import BreakerState, CircuitBreaker
+from smg.core.health import HealthStatus, WorkerHealth
+
+log = structlog.get_logger("smg.worker")
+
+
+class Prober(Protocol):
+    def __call__(self, worker: WorkerSnapshot) -> Awaitable[ProbeResult]: ...
+
+
+class WorkerActor(Actor):
+    def __init__(
+        self,
+        initial: WorkerSnapshot,
+        *,
+        registry: ActorRef,
+        prober: Prober,
+        health_cfg: HealthConfig,
+        breaker_cfg: CircuitBreakerConfig,
+        on_transition: Callable[[str, str, Any], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.snapshot = initial
+        self.registry = registry
+        self.prober = prober
+        self.health_cfg = health_cfg
+        self.breaker = CircuitBreaker(breaker_cfg)
+        self.health = WorkerHealth(health_cfg)
+        self.on_transition = on_transition
+        self._probing = False
+
+    @property
+    def worker_id(self) -> str:
+        return self.snapshot.worker_id
+
+    @property
+    def counter(self) -> LoadCounter:
+        return self.snapshot.counter
+
+    async def on_start(self) -> None:
+        self.snapshot = replace(self.snapshot, ref=self.ref)
+        self.registry.tell(WorkerChanged(self.snapshot))
+        # First check at once (registration), then every interval.
+        self.ref.tell(ProbeTick())
+        self.every(self.health_cfg.health_check_interval_secs, ProbeTick())
+
+    async def handle(self, message: Any) -> Any:
+        match message:
+            case Outcome(success=success):
+                self._on_outcome(success)
+            case BreakerPoll():
+                transition = self.breaker.poll(self.clock.now())
+                if transition is not None:
+                    self._notify("breaker", transition.to)
+                    self._publish(self.snapshot)
+            case ProbeTick():
+                if not self._probing:
+                    self._probing = True
+                    self.spawn(self._probe(), name=f"probe:{self.worker_id}")
+            case ProbeResult():
+                self._probing = False
+                self._on_probe(message)
+            case _:
+                raise TypeError(f"WorkerActor: unexpected message {message!r}")
+        return None
+
+    async def _probe(self) -> None:
+        try:
+            result = await self.prober(self.snapshot)
+        except Exception as exc:  # a prober bug must read as a failed check, not a crash loop
+            result = ProbeResult(ok=False, detail=repr(exc))
+        self.ref.tell(result)
+
+    def _on_probe(self, result: ProbeResult) -> None:
+        now = self.clock.now()
+        snap = self.snapshot
+        if result.ok and result.model_id and snap.model_id is None:
+            snap = replace(snap, model_id=result.model_id)
+        ok = result.ok and snap.model_id is not None
+        changed = self.health.observe(ok, now)
+        if changed is not None:
+            log.info(
+                "worker_health", worker=snap.url, status=changed.value, detail=result.detail or None
+            )
+            snap = replace(snap, health=changed)
+            self._notify("health", changed)
+        self._publish(snap)
+        if self.health.status is HealthStatus.PENDING:
+            # registering: check again soon rather than a whole interval later
+            self.tell_later(min(1.0, self.health_cfg.health_check_interval_secs), ProbeTick())
+
+    def _on_outcome(self, success: bool) -> None:
+        now = self.clock.now()
+        transition = self.breaker.record(success, now)
+        if transition is not None:
+            log.info("worker_breaker", worker=self.snapshot.url, state=transition.to.label)
+            self._notify("breaker", transition.to)
+            until = self.breaker.open_until
+            if until is not None:
+                self.tell_later(max(0.0, until - now), BreakerPoll())
+        self._publish(replace(self.snapshot))
+
+    def _publish(self, snap: WorkerSnapshot) -> None:
+        snap = replace(
+            snap,
+            breaker=self.breaker.snapshot(),
+            breaker_counting=(
+                self.breaker.state is not BreakerState.CLOSED
+                or self.breaker.consecutive_failures > 0
+            ),
+        )
+        if snap != self.snapshot:
+            self.snapshot = snap
+            self.registry.tell(WorkerChanged(snap))
+
+    def _notify(self, what: str, value: Any) -> None:
+        if self.on_transition is not None:
+            self.on_transition(self.worker_id, what, value)
+
+
+def initial_snapshot(
+    worker_id: str,
+    url: str,
+    *,
+    model_id: str | None,
+    worker_type: str,
+    api_key: str | None,
+    breaker: CircuitBreaker,
+    priority: int = 50,
+    cost: float = 1.0,
+    labels: tuple[tuple[str, str], ...] = (),
+) -> WorkerSnapshot:
+    return WorkerSnapshot(
+        worker_id=worker_id,
+        url=url,
+        model_id=model_id,
+        worker_type=worker_type,
+        health=HealthStatus.PENDING,
+        breaker=breaker.snapshot(),
+        counter=LoadCounter(),
+        api_key=api_key,
+        priority=priority,
+        cost=cost,
+        labels=labels,
+    )

@@ -1,0 +1,66 @@
+"""Admission: at most N requests in flight, a bounded FIFO queue for the rest, a queue deadline.
+
+A full queue answers 429 at once; a request that waits past the deadline answers 408. The permit
+is held until the response body ends (streams included). A released permit is handed straight
+to the oldest waiter, so the count never dips and late arrivals cannot jump the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from smg import errors
+from smg.clock import Clock
+
+
+class Admission:
+    __slots__ = ("_waiters", "active", "clock", "limit", "queue_size", "timeout_s")
+
+    def __init__(self, limit: int, queue_size: int, timeout_s: float, clock: Clock) -> None:
+        self.limit = limit  # 0: unlimited
+        self.queue_size = queue_size
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.active = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> None:
+        if self.limit <= 0 or (self.active < self.limit and not self._waiters):
+            self.active += 1
+            return
+        if len(self._waiters) >= self.queue_size:
+            raise errors.queue_full()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        timeout_s = self.timeout_s
+
+        def expire() -> None:
+            if not fut.done():
+                fut.set_exception(errors.queue_timeout(timeout_s))
+
+        timer = self.clock.call_later(timeout_s, expire)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self.release()  # the permit arrived as we were cancelled: pass it on
+            raise
+        finally:
+            timer.cancel()
+            try:
+                self._waiters.remove(fut)
+            except ValueError:
+                pass
+
+    def release(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)  # the permit moves to the waiter; `active` is unchanged
+                return
+        self.active -= 1

@@ -1,0 +1,305 @@
+"""The gateway process: composition root and lifespan.
+
+`Gateway.run()` owns the root of the task tree: the workers' supervisor and the core supervisor
+(registry, cache index) are entered here, and the HTTP listeners live inside them. Shutdown is
+ordered: stop accepting new work as ready (readiness answers 503 "draining"), let in-flight
+requests finish within the grace period, cancel what is left, then stop the actors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from smg import errors
+from smg.actors.cache_index import CacheIndexActor, ForgetWorker
+from smg.actors.messages import AddWorker
+from smg.actors.registry import RegistryActor
+from smg.actors.request import InFlight
+from smg.actors.runtime import ActorRef
+from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
+from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
+from smg.api.admin_routes import AdminRoutes
+from smg.api.admission import Admission
+from smg.api.proxy_routes import ProxyRoutes
+from smg.api.requests import new_request_id, request_id_of
+from smg.clock import Clock, LoopClock
+from smg.config import GatewayConfig, effective_max_concurrency
+from smg.core.retry import RetryPolicy
+from smg.metrics import Metrics
+from smg.pipeline.backends.http import HttpBackend, HttpProber, forward_headers
+from smg.pipeline.policies import make_policy
+from smg.pipeline.runner import Runner
+
+log = structlog.get_logger("smg.gateway")
+
+_PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness", "/v1/models"})
+_ID_PREFIX = {"/v1/chat/completions": "chatcmpl-", "/v1/completions": "cmpl-"}
+_TEXT_POLICIES = frozenset({"cache_aware", "consistent_hashing"})
+
+
+def error_response(err: errors.ApiError, request_id: str) -> web.Response:
+    headers = {"X-Request-Id": request_id, "X-SMG-Error-Code": err.code}
+    if err.status == 503:
+        headers["Retry-After"] = "1"
+    if err.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="data-plane"'
+    return web.Response(
+        body=err.to_json(), status=err.status, content_type="application/json", headers=headers
+    )
+
+
+class Gateway:
+    def __init__(
+        self,
+        cfg: GatewayConfig,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.clock: Clock = clock or LoopClock()
+        self.rng = rng or random.Random()
+        self.draining = False
+        self.registry_cell: SnapshotCell[RegistrySnapshot] = SnapshotCell(RegistrySnapshot())
+        self.inflight = InFlight()
+        adm = cfg.admission
+        self.admission = Admission(
+            effective_max_concurrency(adm, os.cpu_count() or 1),
+            adm.queue_size,
+            adm.queue_timeout_secs,
+            self.clock,
+        )
+        self.metrics = Metrics(
+            lambda: self.registry_cell.value, lambda: self.admission, cfg.routing.policy
+        )
+        self.policy = make_policy(cfg.routing.policy, cfg.routing, self.rng, self.clock.now)
+        self._registry: ActorRef | None = None
+        self._cache_index: ActorRef | None = None
+        self.bound_port: int | None = None
+        self.bound_metrics_port: int | None = None
+        self.started = asyncio.Event()
+
+    # --- the HTTP application --------------------------------------------------------------------
+    def registry(self) -> ActorRef:
+        if self._registry is None:
+            raise errors.ApiError(503, "starting", "The gateway is still starting")
+        return self._registry
+
+    def build_app(self, runner: Runner) -> web.Application:
+        srv = self.cfg.server
+        app = web.Application(
+            client_max_size=srv.max_payload_size, middlewares=[self._middleware], handler_args=None
+        )
+        ProxyRoutes(
+            runner=runner,
+            admission=self.admission,
+            inflight=self.inflight,
+            max_payload=srv.max_payload_size,
+            wants_text=self.cfg.routing.policy in _TEXT_POLICIES,
+        ).install(app)
+        AdminRoutes(
+            registry_cell=self.registry_cell,
+            registry=self.registry,
+            is_draining=lambda: self.draining,
+            max_payload=srv.max_payload_size,
+            default_api_key=srv.api_key,
+        ).install(app)
+        return app
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        loop_time = asyncio.get_running_loop().time
+        start = loop_time()
+        path = request.path
+        rid = request_id_of(request)
+        if rid is None:
+            rid = _ID_PREFIX.get(path, "req-") + new_request_id()
+        request["request_id"] = rid
+        status = 500
+        error_code = ""
+        try:
+            api_key = self.cfg.server.api_key
+            if api_key is not None and path not in _PUBLIC_PATHS:
+                self._check_key(request, api_key)
+            resp = await handler(request)
+            status = resp.status
+        except errors.ApiError as err:
+            resp = error_response(err, rid)
+            status = err.status
+            error_code = err.code
+        except web.HTTPException as exc:
+            mapped = _http_exception_to_api(exc, request)
+            resp = error_response(mapped, rid)
+            status = mapped.status
+            error_code = mapped.code
+        except asyncio.CancelledError:
+            status = 499
+            raise
+        except Exception as exc:
+            log.exception("unhandled_error", path=path, request_id=rid)
+            resp = error_response(errors.internal(type(exc).__name__), rid)
+            status = 500
+            error_code = "internal_error"
+        finally:
+            route = request.match_info.route.resource
+            label = route.canonical if route is not None else "other"
+            elapsed = loop_time() - start
+            self.metrics.request_done(request.method, label, status, error_code, elapsed)
+        if not resp.prepared and "X-Request-Id" not in resp.headers:
+            resp.headers["X-Request-Id"] = rid
+        return resp
+
+    @staticmethod
+    def _check_key(request: web.Request, api_key: str) -> None:
+        auth = request.headers.get("Authorization")
+        if not auth or not auth.startswith("Bearer "):
+            raise errors.missing_api_key()
+        if auth[7:].strip() != api_key:
+            raise errors.wrong_api_key()
+
+    # --- lifespan --------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        cfg = self.cfg
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=False)
+        async with aiohttp.ClientSession(
+            connector=connector,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            auto_decompress=False,
+        ) as session:
+            backend = HttpBackend(session, cfg.server.request_timeout_secs)
+            prober = HttpProber(
+                backend, cfg.health.health_check_endpoint, cfg.health.health_check_timeout_secs
+            )
+            runner = Runner(
+                registry=self.registry_cell,
+                policy=self.policy,
+                backend=backend,
+                retry=RetryPolicy.from_config(cfg.retry),
+                clock=self.clock,
+                rng=self.rng,
+                metrics=self.metrics,
+                headers_for=forward_headers,
+            )
+            async with (
+                Supervisor("workers", strategy=Strategy.ONE_FOR_ONE, clock=self.clock) as wsup,
+                Supervisor("core", strategy=Strategy.REST_FOR_ONE, clock=self.clock) as core,
+            ):
+                self._cache_index = await core.start_child(
+                    ChildSpec(
+                        "cache_index",
+                        lambda: CacheIndexActor(self.policy, cfg.routing),
+                    )
+                )
+                self._registry = await core.start_child(
+                    ChildSpec(
+                        "registry",
+                        lambda: RegistryActor(
+                            cell=self.registry_cell,
+                            workers_sup=wsup,
+                            prober=prober,
+                            health_cfg=cfg.health,
+                            breaker_cfg=cfg.breaker,
+                            on_removed=self._on_worker_removed,
+                            on_transition=self._on_transition,
+                        ),
+                    )
+                )
+                for url in cfg.workers.worker_urls:
+                    await self._registry.ask(AddWorker(url, api_key=cfg.server.api_key), 10.0)
+                await self._serve(runner, stop)
+        log.info("gateway_stopped")
+
+    async def _serve(self, runner: Runner, stop: asyncio.Event) -> None:
+        cfg = self.cfg
+        app = self.build_app(runner)
+        web_runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await web_runner.setup()
+        site = web.TCPSite(web_runner, cfg.server.host, cfg.server.port, reuse_address=True)
+        await site.start()
+        self.bound_port = _bound_port(site)
+        metrics_runner = await self._start_metrics()
+        log.info(
+            "gateway_listening",
+            host=cfg.server.host,
+            port=self.bound_port,
+            metrics_port=self.bound_metrics_port,
+            policy=cfg.routing.policy,
+            workers=len(cfg.workers.worker_urls),
+        )
+        self.started.set()
+        try:
+            await stop.wait()
+            await self._drain()
+        finally:
+            await web_runner.cleanup()
+            if metrics_runner is not None:
+                await metrics_runner.cleanup()
+
+    async def _drain(self) -> None:
+        self.draining = True
+        grace = self.cfg.server.shutdown_grace_period_secs
+        log.info("gateway_draining", in_flight=len(self.inflight), grace_s=grace)
+        try:
+            await asyncio.wait_for(self.inflight.wait_empty(), grace)
+        except TimeoutError:
+            n = self.inflight.cancel_all("shutdown grace period over")
+            log.warning("gateway_drain_timeout", cancelled=n)
+            await asyncio.sleep(0)
+
+    async def _start_metrics(self) -> web.AppRunner | None:
+        obs = self.cfg.observability
+        if obs.prometheus_port <= 0:
+            return None
+        host = obs.prometheus_host or ("::" if ":" in self.cfg.server.host else "0.0.0.0")
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(
+                body=self.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"}
+            )
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        r = web.AppRunner(app, access_log=None)
+        await r.setup()
+        site = web.TCPSite(r, host, obs.prometheus_port, reuse_address=True)
+        await site.start()
+        self.bound_metrics_port = _bound_port(site)
+        return r
+
+    def _on_worker_removed(self, snap: WorkerSnapshot) -> None:
+        if self._cache_index is not None and self._cache_index.alive:
+            self._cache_index.tell(ForgetWorker(snap.worker_id))
+
+    def _on_transition(self, worker_id: str, kind: str, value: Any) -> None:
+        snap = self.registry_cell.value.by_id.get(worker_id)
+        url = snap.url if snap is not None else worker_id
+        to = getattr(value, "value", None) if kind == "health" else getattr(value, "name", "")
+        self.metrics.transition(url, kind, str(to).lower())
+
+
+def _bound_port(site: web.TCPSite) -> int | None:
+    server = site._server
+    if server is None:
+        return None
+    for sock in getattr(server, "sockets", ()):
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            return int(sock.getsockname()[1])
+    return None
+
+
+def _http_exception_to_api(exc: web.HTTPException, request: web.Request) -> errors.ApiError:
+    if exc.status == 404:
+        return errors.unknown_url(request.method, request.path)
+    if exc.status == 405:
+        return errors.method_not_allowed(request.method, request.path)
+    if exc.status == 413:
+        return errors.payload_too_large(request.app._client_max_size)
+    return errors.ApiError(exc.status, "http_error", exc.reason)

@@ -1,0 +1,198 @@
+"""`smg` command line, generated from the config tree in `smg/config.py`.
+
+`smg` alone means `smg launch`. Every knob is also read from the environment as `SMG_<FLAG>`
+(for example `SMG_POLICY=round_robin`); an explicit flag wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import signal
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from smg.config import GatewayConfig, SimConfig
+
+COMMANDS = ("launch", "sim", "dev")
+
+
+def _flag(f: dataclasses.Field[Any]) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _env_name(flag: str) -> str:
+    return "SMG_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _base_type(tp: Any) -> tuple[type, bool]:
+    """(scalar type, optional?) of an annotation like `int`, `str | None`, `tuple[str, ...]`."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _base_type(args[0])[0], True
+    if origin is tuple:
+        return tuple, False
+    return tp, False
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str) -> None:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if "help" not in f.metadata:
+            continue
+        flag = _flag(f)
+        names = [flag, *f.metadata.get("aliases", ())]
+        dest = f"{dest_prefix}{f.name}"
+        kind, _optional = _base_type(hints[f.name])
+        env = os.environ.get(_env_name(flag))
+        default: Any = f.default
+        help_text = f"{f.metadata['help']} (default: {default!r}; env {_env_name(flag)})"
+        if kind is bool:
+            if env is not None:
+                default = _parse_bool(env)
+            parser.add_argument(
+                *names, dest=dest, action="store_true", default=default, help=help_text
+            )
+            continue
+        if kind is tuple:
+            if env is not None:
+                default = tuple(env.replace(",", " ").split())
+            parser.add_argument(*names, dest=dest, nargs="*", default=default, help=help_text)
+            continue
+        if env is not None:
+            default = kind(env)
+        parser.add_argument(
+            *names,
+            dest=dest,
+            type=kind,
+            default=default,
+            choices=f.metadata.get("choices"),
+            help=help_text,
+        )
+
+
+def build_section(cls: type, ns: argparse.Namespace, dest_prefix: str) -> Any:
+    values = {}
+    for f in dataclasses.fields(cls):
+        dest = f"{dest_prefix}{f.name}"
+        if hasattr(ns, dest):
+            v = getattr(ns, dest)
+            values[f.name] = tuple(v) if isinstance(v, list) else v
+    return cls(**values)
+
+
+def add_gateway_flags(parser: argparse.ArgumentParser) -> None:
+    for f in dataclasses.fields(GatewayConfig):
+        group = parser.add_argument_group(f.name)
+        section_cls = typing.get_type_hints(GatewayConfig)[f.name]
+        add_section(group, section_cls, f"{f.name}.")
+
+
+def gateway_config_from(ns: argparse.Namespace) -> GatewayConfig:
+    hints = typing.get_type_hints(GatewayConfig)
+    sections = {
+        f.name: build_section(hints[f.name], ns, f"{f.name}.")
+        for f in dataclasses.fields(GatewayConfig)
+    }
+    return GatewayConfig(**sections)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="smg", description="smg: an LLM model gateway")
+    sub = parser.add_subparsers(dest="command")
+    launch = sub.add_parser("launch", help="Run the gateway (the default command)")
+    add_gateway_flags(launch)
+    sim = sub.add_parser("sim", help="Run a simulated OpenAI-compatible worker")
+    add_section(sim, SimConfig, "sim.")
+    dev = sub.add_parser("dev", help="Gateway on 127.0.0.1:30000 in front of simulated workers")
+    dev.add_argument("--port", type=int, default=30000, help="Gateway port (default 30000)")
+    dev.add_argument("--workers", type=int, default=2, help="Simulated workers (default 2)")
+    dev.add_argument("--model", default="sim-model", help="Model name the workers serve")
+    dev.add_argument("--policy", default="cache_aware", help="Routing policy")
+    dev.add_argument("--log-level", default="info", choices=("debug", "info", "warn", "error"))
+    return parser
+
+
+def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
+    args = list(argv)
+    if not args or args[0] not in (*COMMANDS, "-h", "--help"):
+        args = ["launch", *args]
+    ns = make_parser().parse_args(args)
+    return ns.command or "launch", ns
+
+
+def install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def run_until_signal(main: Callable[[asyncio.Event], Any]) -> None:
+    """Run `main(stop)`; SIGTERM/SIGINT set `stop` (a second signal exits at once)."""
+    install_uvloop()
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if stop.is_set():
+                os._exit(130)
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+        await main(stop)
+
+    asyncio.run(runner())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    command, ns = parse(sys.argv[1:] if argv is None else argv)
+    from smg import logs
+
+    if command == "launch":
+        cfg = gateway_config_from(ns)
+        logs.configure(cfg.observability.log_level, cfg.observability.log_json)
+        from smg.api.gateway import Gateway
+
+        run_until_signal(lambda stop: Gateway(cfg).run(stop))
+        return 0
+    if command == "sim":
+        logs.configure("info")
+        from smg.sim.http_worker import run as run_sim
+
+        run_sim(build_section(SimConfig, ns, "sim."))
+        return 0
+    if command == "dev":
+        logs.configure(ns.log_level)
+        from smg.dev import run_dev
+
+        run_until_signal(
+            lambda stop: run_dev(
+                stop, port=ns.port, workers=ns.workers, model=ns.model, policy=ns.policy
+            )
+        )
+        return 0
+    raise SystemExit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

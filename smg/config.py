@@ -1,0 +1,182 @@
+"""The one config tree. Flags, env vars (`SMG_<FLAG>`) and defaults are generated from it.
+
+Each knob is a field of a frozen dataclass, declared with `knob(default, help)`; its CLI flag is the
+field name with dashes unless `flag=` says otherwise (flag names and defaults follow the Rust
+gateway, so its users can switch without relearning). `smg/cli.py` walks this tree to build the
+argument parser, so a knob exists exactly once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+POLICIES = ("round_robin", "random", "power_of_two", "cache_aware", "consistent_hashing", "manual")
+
+
+def knob(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    aliases: tuple[str, ...] = (),
+    choices: tuple[str, ...] | None = None,
+    nargs: str | None = None,
+) -> Any:
+    """A config field with its CLI metadata. Mutable defaults must be tuples."""
+    meta = {"help": help, "flag": flag, "aliases": aliases, "choices": choices, "nargs": nargs}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = knob("0.0.0.0", "Address the gateway's HTTP server binds.")
+    port: int = knob(30000, "Port of the gateway's HTTP server.")
+    max_payload_size: int = knob(
+        536_870_912, "Largest request body accepted, in bytes; larger ones get 413."
+    )
+    api_key: str | None = knob(
+        None,
+        "Bearer key clients must present; also sent to workers. Unset: no client auth.",
+    )
+    request_timeout_secs: float = knob(
+        1800.0, "Deadline for one upstream attempt to answer (headers and body)."
+    )
+    shutdown_grace_period_secs: float = knob(
+        180.0, "On SIGTERM, how long in-flight requests may take to finish before exit."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersConfig:
+    worker_urls: tuple[str, ...] = knob(
+        (), "Workers to front (http://host:port); more can be added at /workers.", nargs="*"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingConfig:
+    policy: str = knob("cache_aware", "Load-balancing policy.", choices=POLICIES)
+    cache_threshold: float = knob(
+        0.3,
+        "cache_aware: least matched-prefix share that pins a request to the matching worker.",
+        aliases=("--cache-match-threshold",),
+    )
+    balance_abs_threshold: int = knob(
+        64, "cache_aware: max-min load gap (requests) that, with the ratio, means imbalance."
+    )
+    balance_rel_threshold: float = knob(
+        1.5, "cache_aware: max/min load ratio that, with the gap, routes to the least loaded."
+    )
+    eviction_interval_secs: float = knob(
+        60.0,
+        "cache_aware: seconds between LRU evictions of the prefix tree.",
+        aliases=("--eviction-interval",),
+    )
+    max_tree_size: int = knob(
+        67_108_864, "cache_aware: most characters (tokens) a worker keeps in a model's tree."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    max_concurrent_requests: int = knob(
+        -1,
+        "Most requests in flight (permit held until the body ends); -1: 1024 per core, at least "
+        "4096; 0: unlimited.",
+    )
+    queue_size: int = knob(100, "Requests that may wait for a permit; 0: answer 429 at once.")
+    queue_timeout_secs: float = knob(60.0, "Longest wait for a permit before 408.")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    retry_max_retries: int = knob(5, "Most attempts per request, the first included.")
+    retry_initial_backoff_ms: int = knob(50, "Backoff before the first retry.")
+    retry_max_backoff_ms: int = knob(30000, "Cap on one backoff.")
+    retry_backoff_multiplier: float = knob(1.5, "Growth of the backoff per retry.")
+    retry_jitter_factor: float = knob(0.2, "Backoff is multiplied by 1 +/- this, at random.")
+    disable_retries: bool = knob(False, "One attempt per request.")
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitBreakerConfig:
+    cb_failure_threshold: int = knob(10, "Consecutive failures that open a worker's breaker.")
+    cb_success_threshold: int = knob(3, "Successes in half-open that close it again.")
+    cb_timeout_duration_secs: float = knob(60.0, "How long a breaker stays open before a trial.")
+    cb_window_duration_secs: float = knob(
+        120.0, "Failures older than this no longer count towards opening."
+    )
+    disable_circuit_breaker: bool = knob(False, "Never open breakers.")
+
+
+@dataclass(frozen=True, slots=True)
+class HealthConfig:
+    health_failure_threshold: int = knob(3, "Consecutive failed checks before not_ready.")
+    health_success_threshold: int = knob(2, "Consecutive good checks before ready.")
+    health_check_timeout_secs: float = knob(5.0, "Deadline of one health check.")
+    health_check_interval_secs: float = knob(60.0, "Seconds between health checks of a worker.")
+    health_check_endpoint: str = knob("/health", "Path probed on HTTP workers.")
+    health_failed_after_secs: float = knob(
+        300.0, "A worker not_ready this long is marked failed (still probed; it can come back)."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ObservabilityConfig:
+    prometheus_host: str | None = knob(
+        None, "Metrics listener address; default: the unspecified address of --host's family."
+    )
+    prometheus_port: int = knob(29000, "Metrics listener port (0 disables it).")
+    log_level: str = knob("info", "Log level.", choices=("debug", "info", "warn", "error"))
+    log_json: bool = knob(False, "Log as JSON lines.")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    breaker: CircuitBreakerConfig = field(default_factory=CircuitBreakerConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """The simulated OpenAI-compatible worker (`smg sim`)."""
+
+    host: str = knob("127.0.0.1", "Address the simulated worker binds.")
+    port: int = knob(8000, "Port of the simulated worker.")
+    model: str = knob("sim-model", "Model id the worker serves.")
+    first_token_ms: float = knob(0.0, "Latency before the first token (or the whole answer).")
+    tokens_per_second: float = knob(0.0, "Decode speed after the first token; 0: no delay.")
+    output_tokens: int = knob(16, "Tokens per answer when the request sets no max_tokens.")
+    failure_rate: float = knob(0.0, "Share of requests answered 500, at random.")
+    seed: int = knob(0, "Seed of the worker's randomness (output text, failures).")
+    unhealthy: bool = knob(False, "Start with /health answering 503 (toggle at /sim/health).")
+
+
+def sections(cfg_type: type) -> list[dataclasses.Field[Any]]:
+    return list(dataclasses.fields(cfg_type))
+
+
+def replace_path(cfg: Any, section: str, **changes: Any) -> Any:
+    """`replace_path(gw, "retry", retry_max_retries=1)`: a copy with one section changed."""
+    return dataclasses.replace(
+        cfg, **{section: dataclasses.replace(getattr(cfg, section), **changes)}
+    )
+
+
+def effective_max_concurrency(adm: AdmissionConfig, cores: int) -> int:
+    """-1 derives the bound from the host, as the Rust gateway does; 0 means unlimited."""
+    if adm.max_concurrent_requests < 0:
+        return max(4096, 1024 * cores)
+    return adm.max_concurrent_requests
+
+
+def effective_max_attempts(retry: RetryConfig) -> int:
+    return 1 if retry.disable_retries else max(1, retry.retry_max_retries)

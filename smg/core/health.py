@@ -1,0 +1,106 @@
+"""A worker's health status as a pure state machine: probe results and `now` in, status out.
+
+    PENDING --(success_threshold consecutive good checks)--> READY
+    PENDING --(failure_threshold consecutive failed checks)--> NOT_READY
+    READY --(failure_threshold consecutive failed checks)--> NOT_READY
+    NOT_READY --(success_threshold consecutive good checks)--> READY
+    NOT_READY --(not ready for health_failed_after_secs, seen at any check)--> FAILED
+    FAILED --(success_threshold consecutive good checks)--> READY
+
+A failed worker is still probed, so it can come back. Only READY is routable. The shell (the
+worker actor) runs the probes on its clock and hands each result here with `now`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from smg.config import HealthConfig
+
+
+class HealthStatus(Enum):
+    PENDING = "pending"
+    READY = "ready"
+    NOT_READY = "not_ready"
+    FAILED = "failed"
+
+    @property
+    def routable(self) -> bool:
+        return self is HealthStatus.READY
+
+
+class WorkerHealth:
+    __slots__ = (
+        "_failed_after_s",
+        "_failure_threshold",
+        "_failures",
+        "_not_ready_since",
+        "_status",
+        "_success_threshold",
+        "_successes",
+        "changed_at",
+    )
+
+    def __init__(self, cfg: HealthConfig, now: float | None = None) -> None:
+        self._failure_threshold = max(1, cfg.health_failure_threshold)
+        self._success_threshold = max(1, cfg.health_success_threshold)
+        self._failed_after_s = cfg.health_failed_after_secs
+        self._status = HealthStatus.PENDING
+        self._successes = 0
+        self._failures = 0
+        self._not_ready_since: float | None = None
+        self.changed_at = now  # when the status last changed (None: never observed)
+
+    @property
+    def status(self) -> HealthStatus:
+        return self._status
+
+    @property
+    def routable(self) -> bool:
+        return self._status.routable
+
+    @property
+    def consecutive_successes(self) -> int:
+        return self._successes
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self._failures
+
+    @property
+    def not_ready_since(self) -> float | None:
+        """When the worker last stopped being ready (set in NOT_READY and FAILED)."""
+        return self._not_ready_since
+
+    def observe(self, ok: bool, now: float) -> HealthStatus | None:
+        """Feed one health check result; return the new status if it changed."""
+        if ok:
+            self._successes += 1
+            self._failures = 0
+            if (
+                self._status is not HealthStatus.READY
+                and self._successes >= self._success_threshold
+            ):
+                self._not_ready_since = None
+                return self._move(HealthStatus.READY, now)
+        else:
+            self._failures += 1
+            self._successes = 0
+            if (
+                self._status in (HealthStatus.PENDING, HealthStatus.READY)
+                and self._failures >= self._failure_threshold
+            ):
+                self._not_ready_since = now
+                return self._move(HealthStatus.NOT_READY, now)
+        if (
+            self._status is HealthStatus.NOT_READY
+            and self._not_ready_since is not None
+            and now - self._not_ready_since >= self._failed_after_s
+        ):
+            return self._move(HealthStatus.FAILED, now)
+        return None
+
+    def _move(self, to: HealthStatus, now: float) -> HealthStatus:
+        self._status = to
+        self.changed_at = now
+        return to

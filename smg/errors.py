@@ -1,0 +1,162 @@
+"""Client-visible errors: one type, a stable `code`, the right status, the OpenAI body shape.
+
+`{"error": {"message": ..., "type": ..., "param": ..., "code": ...}}`
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    499: "client_closed_request",
+    500: "internal_error",
+    502: "bad_gateway",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+
+
+class ApiError(Exception):
+    """An error that becomes an HTTP response in the OpenAI error shape."""
+
+    __slots__ = ("code", "message", "param", "status", "type")
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        param: str | None = None,
+        type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.param = param
+        self.type = type or _TYPE_BY_STATUS.get(status, "api_error")
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.body())
+
+    def __repr__(self) -> str:
+        return f"ApiError({self.status}, {self.code!r}, {self.message!r})"
+
+
+def invalid_json(detail: str) -> ApiError:
+    return ApiError(400, "invalid_json", f"Request body is not valid JSON: {detail}")
+
+
+def invalid_type(message: str, *, param: str | None = None) -> ApiError:
+    return ApiError(400, "invalid_type", message, param=param)
+
+
+def invalid_value(message: str, *, param: str | None = None) -> ApiError:
+    return ApiError(400, "invalid_value", message, param=param)
+
+
+def invalid_request(
+    message: str, *, param: str | None = None, code: str = "invalid_value"
+) -> ApiError:
+    return ApiError(400, code, message, param=param)
+
+
+def missing_field(name: str) -> ApiError:
+    return ApiError(
+        400, "missing_required_parameter", f"Missing required parameter: '{name}'", param=name
+    )
+
+
+def model_not_found(model: str) -> ApiError:
+    return ApiError(
+        404,
+        "model_not_found",
+        f"No worker available for model '{model}'",
+        type="invalid_request_error",
+    )
+
+
+def no_healthy_worker(model: str | None = None) -> ApiError:
+    where = f" for model '{model}'" if model else ""
+    return ApiError(
+        503,
+        "no_available_workers",
+        f"All workers{where} are unavailable (circuit breaker open or unhealthy)",
+        type="server_error",
+    )
+
+
+def payload_too_large(limit: int) -> ApiError:
+    return ApiError(
+        413,
+        "request_body_too_large",
+        f"Request body exceeded the payload limit (max_payload_size = {limit} bytes)",
+        type="invalid_request_error",
+    )
+
+
+def upstream_unreachable(detail: str) -> ApiError:
+    return ApiError(502, "upstream_connection_error", f"Could not reach the worker: {detail}")
+
+
+def upstream_timeout(seconds: float) -> ApiError:
+    return ApiError(504, "upstream_timeout", f"The worker did not answer within {seconds:g} s")
+
+
+def missing_api_key() -> ApiError:
+    return ApiError(
+        401,
+        "invalid_api_key",
+        "Missing API key: send it as `Authorization: Bearer <key>`",
+        type="invalid_request_error",
+    )
+
+
+def wrong_api_key() -> ApiError:
+    return ApiError(401, "invalid_api_key", "Invalid API key", type="invalid_request_error")
+
+
+def queue_full() -> ApiError:
+    return ApiError(429, "queue_full", "Too many requests: the admission queue is full")
+
+
+def queue_timeout(seconds: float) -> ApiError:
+    return ApiError(
+        408, "queue_timeout", f"Request waited over {seconds:g} s in the admission queue"
+    )
+
+
+def draining() -> ApiError:
+    return ApiError(503, "shutting_down", "The gateway is shutting down", type="server_error")
+
+
+def unknown_url(method: str, path: str) -> ApiError:
+    return ApiError(404, "unknown_url", f"Invalid URL ({method} {path})")
+
+
+def method_not_allowed(method: str, path: str) -> ApiError:
+    return ApiError(405, "method_not_allowed", f"Invalid URL ({method} {path})")
+
+
+def internal(detail: str) -> ApiError:
+    return ApiError(500, "internal_error", f"Internal error: {detail}", type="server_error")

@@ -1,0 +1,122 @@
+"""Cache-aware routing: send a request where its prefix is likely still in the KV cache.
+
+Each model has a `RadixTree` whose tenants are worker ids; a worker "holds" a prefix when a request
+with that prefix was routed to it. For each request (keyed on its token ids when given, else its
+text):
+
+1. Loads are read once. If the system is imbalanced (`max - min > balance_abs_threshold` and
+   `max > min * balance_rel_threshold`), the least-loaded candidate wins, cache or not.
+2. Otherwise the key is matched against what the candidates hold. If the matched share
+   (`matched / len(key)`) is above `cache_threshold`, the least-loaded candidate among those
+   holding that longest prefix wins; else the candidate holding the least (most cache room) wins,
+   ties to the lower load.
+3. Either way the key is inserted into the tree for the winner, at `now()`.
+
+A request with no text and no tokens goes to the least-loaded candidate and leaves the tree alone.
+
+Unlike the Rust gateway, the match only counts routable candidates: a prefix held by a worker that
+is down must not pin requests to nobody. The trees live in a `CacheAwareState` that the policy only
+references, so a cache-index actor can own them (and run the periodic `evict`) later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
+from smg.pipeline.radix_tree import RadixTree
+
+
+class CacheAwareState:
+    """The prefix trees, one per model (requests without a model share the tree named "")."""
+
+    __slots__ = ("_trees",)
+
+    def __init__(self) -> None:
+        self._trees: dict[str, RadixTree] = {}
+
+    def tree(self, model: str) -> RadixTree:
+        """The tree of `model`, created empty on first use."""
+        tree = self._trees.get(model)
+        if tree is None:
+            tree = self._trees[model] = RadixTree()
+        return tree
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(self._trees)
+
+    def evict(self, max_size_per_tenant: int) -> int:
+        """LRU-evict every tree so no worker holds more than the bound; returns elements freed."""
+        freed = 0
+        for model, tree in list(self._trees.items()):
+            freed += tree.evict(max_size_per_tenant)
+            if tree.node_count == 0:
+                del self._trees[model]
+        return freed
+
+    def remove_tenant(self, worker_id: str) -> None:
+        for model, tree in list(self._trees.items()):
+            tree.remove_tenant(worker_id)
+            if tree.node_count == 0:
+                del self._trees[model]
+
+
+class CacheAwarePolicy:
+    __slots__ = ("_abs", "_now", "_rel", "_state", "_threshold")
+
+    name = "cache_aware"
+
+    def __init__(
+        self,
+        *,
+        cache_threshold: float,
+        balance_abs_threshold: int,
+        balance_rel_threshold: float,
+        now: Callable[[], float],
+        state: CacheAwareState | None = None,
+    ) -> None:
+        self._threshold = cache_threshold
+        self._abs = balance_abs_threshold
+        self._rel = balance_rel_threshold
+        self._now = now
+        self._state = CacheAwareState() if state is None else state
+
+    @property
+    def state(self) -> CacheAwareState:
+        return self._state
+
+    def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> int | None:
+        n = len(candidates)
+        if n == 0:
+            return None
+        tokens = request.tokens
+        key: str | Sequence[int] | None = (
+            tokens if tokens is not None and len(tokens) else request.text
+        )
+        if not key:
+            return least_loaded(candidates)
+        loads = [c.load for c in candidates]
+        min_load, max_load = min(loads), max(loads)
+        ids = [c.worker_id for c in candidates]
+        tree = self._state.tree(request.model or "")
+        if max_load - min_load > self._abs and max_load > min_load * self._rel:
+            choice = loads.index(min_load)
+        else:
+            match = tree.match(key, among=frozenset(ids))
+            if match.matched / len(key) > self._threshold:
+                holders = set(match.tenants)
+                choice = min((i for i in range(n) if ids[i] in holders), key=loads.__getitem__)
+            else:
+                size = tree.tenant_size
+                room = [(size(wid), load) for wid, load in zip(ids, loads, strict=True)]
+                choice = room.index(min(room))
+        tree.insert(key, ids[choice], self._now())
+        return choice
+
+    def evict(self, max_tree_size: int) -> int:
+        """Bound every worker's share of each model's tree; for the periodic eviction loop."""
+        return self._state.evict(max_tree_size)
+
+    def on_worker_removed(self, worker_id: str) -> None:
+        self._state.remove_tenant(worker_id)

@@ -1,0 +1,204 @@
+"""The request runner: pick a worker, open the attempt, retry elsewhere, report the outcome.
+
+Retries happen only before the client has seen a byte of the answer: a connection failure or a
+retryable status re-selects a worker (excluding the ones that just failed, while others remain)
+after an exponential backoff with jitter. Every attempt holds the worker's in-flight count and
+reports its outcome to the worker's actor (`tell`), which owns the circuit breaker.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+
+from smg import errors
+from smg.actors.messages import Outcome
+from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
+from smg.clock import Clock
+from smg.core.circuit_breaker import is_failure_status
+from smg.core.retry import RetryPolicy, is_retryable_status
+from smg.pipeline.backends.http import UpstreamError
+from smg.pipeline.policies.base import Policy, RouteRequest
+
+
+class Backend(Protocol):
+    async def open(
+        self, worker: WorkerSnapshot, path: str, body: bytes, headers: Mapping[str, str]
+    ) -> aiohttp.ClientResponse: ...
+
+
+class RunnerMetrics(Protocol):
+    def selected(self, worker: WorkerSnapshot, model: str) -> None: ...
+    def retried(self, worker: WorkerSnapshot) -> None: ...
+
+
+@dataclass(slots=True)
+class Attempt:
+    worker: WorkerSnapshot
+    response: aiohttp.ClientResponse
+    attempts: int
+    finished: bool = False
+
+
+def report(worker: WorkerSnapshot, success: bool) -> None:
+    """Tell the worker's actor how a request went (skipped while its breaker counts nothing)."""
+    ref = worker.ref
+    if ref is None or (success and not worker.breaker_counting):
+        return
+    try:
+        ref.tell(Outcome(success))
+    except Exception:  # a stopped or full worker mailbox must not fail the request path
+        pass
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        registry: SnapshotCell[RegistrySnapshot],
+        policy: Policy,
+        backend: Backend,
+        retry: RetryPolicy,
+        clock: Clock,
+        rng: random.Random,
+        metrics: RunnerMetrics,
+        headers_for: Callable[[Mapping[str, str], WorkerSnapshot, str], dict[str, str]],
+    ) -> None:
+        self.registry = registry
+        self.policy = policy
+        self.backend = backend
+        self.retry = retry
+        self.clock = clock
+        self.rng = rng
+        self.metrics = metrics
+        self.headers_for = headers_for
+
+    def candidates(self, model: str | None) -> tuple[WorkerSnapshot, ...]:
+        """Workers serving `model` (any health). Raises model_not_found."""
+        snap = self.registry.value
+        if model is None:
+            return snap.workers
+        found = snap.by_model.get(model)
+        if found is None:
+            raise errors.model_not_found(model)
+        return found
+
+    def select(
+        self, model: str | None, route: RouteRequest, exclude: set[str] | None = None
+    ) -> WorkerSnapshot:
+        now = self.clock.now()
+        pool = [w for w in self.candidates(model) if w.routable(now)]
+        if exclude:
+            narrowed = [w for w in pool if w.worker_id not in exclude]
+            if narrowed:
+                pool = narrowed
+        if not pool:
+            raise errors.no_healthy_worker(model)
+        index = self.policy.select(pool, route)
+        if index is None:
+            raise errors.no_healthy_worker(model)
+        return pool[index]
+
+    async def open(
+        self,
+        *,
+        model: str | None,
+        route: RouteRequest,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        request_id: str,
+    ) -> Attempt:
+        """Open an upstream response, retrying on other workers before any byte is relayed.
+
+        On return the chosen worker's in-flight count is held; call `finish` exactly once."""
+        failed: set[str] = set()
+        last_error: errors.ApiError | None = None
+        max_attempts = self.retry.max_attempts
+        for attempt in range(1, max_attempts + 1):
+            worker = self.select(model, route, failed)
+            self.metrics.selected(worker, model or "")
+            counter = worker.counter
+            counter.active += 1
+            try:
+                resp = await self.backend.open(
+                    worker, path, body, self.headers_for(headers, worker, request_id)
+                )
+            except UpstreamError as exc:
+                counter.active -= 1
+                report(worker, False)
+                failed.add(worker.worker_id)
+                last_error = (
+                    errors.upstream_timeout(self._timeout_s())
+                    if exc.kind == "timeout"
+                    else errors.upstream_unreachable(exc.detail)
+                )
+                if attempt < max_attempts:
+                    await self._backoff(worker, attempt)
+                continue
+            except BaseException:
+                counter.active -= 1
+                raise
+            status = resp.status
+            if attempt < max_attempts and is_retryable_status(status):
+                counter.active -= 1
+                report(worker, not is_failure_status(status))
+                failed.add(worker.worker_id)
+                resp.release()
+                await self._backoff(worker, attempt)
+                continue
+            return Attempt(worker=worker, response=resp, attempts=attempt)
+        assert last_error is not None
+        raise last_error
+
+    def finish(self, attempt: Attempt, success: bool) -> None:
+        if attempt.finished:
+            return
+        attempt.finished = True
+        counter = attempt.worker.counter
+        counter.active -= 1
+        counter.processed += 1
+        report(attempt.worker, success)
+
+    async def _backoff(self, worker: WorkerSnapshot, attempt: int) -> None:
+        self.metrics.retried(worker)
+        await self.clock.sleep(self.retry.delay_s(attempt, self.rng))
+
+    def _timeout_s(self) -> float:
+        return float(getattr(self.backend, "timeout_s", 0.0))
+
+
+def outcome_of(status: int) -> bool:
+    """Success as the circuit breaker counts it."""
+    return not is_failure_status(status)
+
+
+def route_text(body: dict[str, Any]) -> str | None:
+    """The text cache-aware and hashing policies key on: the prompt, or the messages' text."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        return "".join(p for p in prompt if isinstance(p, str))
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts: list[str] = []
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, list):
+                for piece in content:
+                    if isinstance(piece, dict) and isinstance(piece.get("text"), str):
+                        parts.append(piece["text"])
+        return "".join(parts)
+    inp = body.get("input")
+    if isinstance(inp, str):
+        return inp
+    return None

@@ -1,0 +1,82 @@
+import pytest
+
+from smg.cli import gateway_config_from, parse
+
+
+def test_defaults_follow_the_rust_gateway() -> None:
+    command, ns = parse([])
+    assert command == "launch"
+    cfg = gateway_config_from(ns)
+    assert cfg.server.port == 30000 and cfg.server.host == "0.0.0.0"
+    assert cfg.routing.policy == "cache_aware"
+    assert cfg.routing.cache_threshold == 0.3
+    assert cfg.routing.balance_abs_threshold == 64
+    assert cfg.routing.balance_rel_threshold == 1.5
+    assert cfg.routing.max_tree_size == 67_108_864
+    assert cfg.retry.retry_max_retries == 5 and cfg.retry.retry_initial_backoff_ms == 50
+    assert cfg.breaker.cb_failure_threshold == 10 and cfg.breaker.cb_success_threshold == 3
+    assert cfg.health.health_check_interval_secs == 60 and cfg.health.health_check_endpoint == (
+        "/health"
+    )
+    assert cfg.admission.queue_size == 100 and cfg.admission.max_concurrent_requests == -1
+    assert cfg.observability.prometheus_port == 29000
+    assert cfg.server.max_payload_size == 536_870_912
+
+
+def test_flags_parse_into_the_tree() -> None:
+    _, ns = parse(
+        [
+            "launch",
+            "--worker-urls",
+            "http://a:1",
+            "http://b:2",
+            "--policy",
+            "round_robin",
+            "--disable-retries",
+            "--eviction-interval",
+            "5",
+            "--cb-timeout-duration-secs",
+            "2.5",
+            "--api-key",
+            "k",
+        ]
+    )
+    cfg = gateway_config_from(ns)
+    assert cfg.workers.worker_urls == ("http://a:1", "http://b:2")
+    assert cfg.routing.policy == "round_robin"
+    assert cfg.retry.disable_retries is True
+    assert cfg.routing.eviction_interval_secs == 5.0
+    assert cfg.breaker.cb_timeout_duration_secs == 2.5
+    assert cfg.server.api_key == "k"
+
+
+def test_no_subcommand_means_launch() -> None:
+    command, ns = parse(["--port", "1234"])
+    assert command == "launch" and gateway_config_from(ns).server.port == 1234
+
+
+def test_env_vars_set_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SMG_POLICY", "random")
+    monkeypatch.setenv("SMG_QUEUE_SIZE", "7")
+    monkeypatch.setenv("SMG_LOG_JSON", "true")
+    cfg = gateway_config_from(parse([])[1])
+    assert cfg.routing.policy == "random"
+    assert cfg.admission.queue_size == 7
+    assert cfg.observability.log_json is True
+    # an explicit flag wins over the environment
+    assert gateway_config_from(parse(["--queue-size", "3"])[1]).admission.queue_size == 3
+
+
+def test_unknown_policy_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        parse(["--policy", "nope"])
+
+
+def test_sim_flags() -> None:
+    command, ns = parse(["sim", "--port", "9", "--model", "m", "--failure-rate", "0.5"])
+    assert command == "sim"
+    from smg.cli import build_section
+    from smg.config import SimConfig
+
+    sim = build_section(SimConfig, ns, "sim.")
+    assert sim.port == 9 and sim.model == "m" and sim.failure_rate == 0.5

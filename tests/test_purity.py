@@ -1,0 +1,30 @@
+"""Pure cores never touch IO or the wall clock: they take `now` and return results."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "smg"
+PURE = [
+    *sorted((ROOT / "core").glob("*.py")),
+    ROOT / "pipeline" / "radix_tree.py",
+    *sorted((ROOT / "pipeline" / "policies").glob("*.py")),
+]
+FORBIDDEN = {"asyncio", "socket", "time", "aiohttp", "grpc", "threading", "random"}
+
+
+@pytest.mark.parametrize("path", PURE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_pure_module_imports_no_io(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    bad = imported & FORBIDDEN
+    # `random` is allowed only as a type (an injected random.Random instance)
+    if "random" in bad and "random.Random" in path.read_text():
+        bad.discard("random")
+    assert not bad, f"{path.name} imports {sorted(bad)}"

@@ -1,0 +1,133 @@
+"""WorkerActor and RegistryActor in simulated time, with a scripted prober (no sockets)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from smg.actors.messages import AddWorker, Outcome, ProbeResult, RemoveWorker
+from smg.actors.registry import DuplicateWorker, RegistryActor
+from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
+from smg.actors.supervisor import ChildSpec, Supervisor
+from smg.clock import FakeClock, settle
+from smg.config import CircuitBreakerConfig, HealthConfig
+from smg.core.circuit_breaker import BreakerState
+from smg.core.health import HealthStatus
+
+
+class ScriptedProber:
+    def __init__(self) -> None:
+        self.ok = True
+        self.calls = 0
+
+    async def __call__(self, worker: WorkerSnapshot) -> ProbeResult:
+        self.calls += 1
+        return ProbeResult(ok=self.ok, model_id="m" if self.ok else None)
+
+
+HEALTH = HealthConfig(
+    health_failure_threshold=2, health_success_threshold=2, health_check_interval_secs=10.0
+)
+BREAKER = CircuitBreakerConfig(
+    cb_failure_threshold=3, cb_success_threshold=1, cb_timeout_duration_secs=5.0
+)
+
+
+async def start(
+    clock: FakeClock, prober: ScriptedProber, removed: list[str]
+) -> tuple[Any, Any, Any]:
+    cell: SnapshotCell[RegistrySnapshot] = SnapshotCell(RegistrySnapshot())
+    wsup = Supervisor("workers", clock=clock)
+    core = Supervisor("core", clock=clock)
+    await wsup.__aenter__()
+    await core.__aenter__()
+    registry = await core.start_child(
+        ChildSpec(
+            "registry",
+            lambda: RegistryActor(
+                cell=cell,
+                workers_sup=wsup,
+                prober=prober,
+                health_cfg=HEALTH,
+                breaker_cfg=BREAKER,
+                on_removed=lambda snap: removed.append(snap.url),
+            ),
+        )
+    )
+    return cell, registry, (wsup, core)
+
+
+async def stop(sups: tuple[Supervisor, Supervisor]) -> None:
+    for sup in reversed(sups):
+        await sup.__aexit__(None, None, None)
+
+
+async def test_worker_becomes_ready_learns_model_and_goes_not_ready() -> None:
+    clock = FakeClock()
+    prober = ScriptedProber()
+    cell, registry, sups = await start(clock, prober, [])
+    try:
+        snap = await registry.ask(AddWorker("127.0.0.1:9000/"), 1.0)
+        assert snap.url == "http://127.0.0.1:9000" and snap.health is HealthStatus.PENDING
+        await settle()
+        w = cell.value.by_id[snap.worker_id]
+        assert w.model_id == "m" and w.health is HealthStatus.PENDING  # one success so far
+        await clock.advance(1.0)  # registering workers are re-probed quickly
+        w = cell.value.by_id[snap.worker_id]
+        assert w.health is HealthStatus.READY and w.routable(clock.now())
+        assert cell.value.by_model["m"] == (w,)
+        prober.ok = False
+        await clock.advance(10.0)
+        assert cell.value.by_id[snap.worker_id].health is HealthStatus.READY
+        await clock.advance(10.0)
+        assert cell.value.by_id[snap.worker_id].health is HealthStatus.NOT_READY
+        assert cell.value.models() == []
+        calls = prober.calls
+        await clock.advance(30.0)
+        assert prober.calls == calls + 3  # one probe per interval, no more
+    finally:
+        await stop(sups)
+
+
+async def test_breaker_opens_on_failures_then_half_opens_after_timeout() -> None:
+    clock = FakeClock()
+    prober = ScriptedProber()
+    cell, registry, sups = await start(clock, prober, [])
+    try:
+        snap = await registry.ask(AddWorker("http://w:1"), 1.0)
+        await clock.advance(1.0)
+        w = cell.value.by_id[snap.worker_id]
+        assert w.ref is not None and not w.breaker_counting
+        for _ in range(3):
+            w.ref.tell(Outcome(False))
+        await settle()
+        w = cell.value.by_id[snap.worker_id]
+        assert w.breaker.state is BreakerState.OPEN and not w.routable(clock.now())
+        await clock.advance(5.0)
+        w = cell.value.by_id[snap.worker_id]
+        assert w.breaker.state is BreakerState.HALF_OPEN and w.routable(clock.now())
+        w.ref.tell(Outcome(True))
+        await settle()
+        w = cell.value.by_id[snap.worker_id]
+        assert w.breaker.state is BreakerState.CLOSED and not w.breaker_counting
+    finally:
+        await stop(sups)
+
+
+async def test_duplicate_and_remove() -> None:
+    clock = FakeClock()
+    removed: list[str] = []
+    cell, registry, sups = await start(clock, ScriptedProber(), removed)
+    try:
+        snap = await registry.ask(AddWorker("http://w:1"), 1.0)
+        try:
+            await registry.ask(AddWorker("http://w:1/"), 1.0)
+            raise AssertionError("duplicate accepted")
+        except DuplicateWorker as dup:
+            assert dup.worker_id == snap.worker_id
+        gone = await registry.ask(RemoveWorker(snap.worker_id), 1.0)
+        assert gone is not None and removed == ["http://w:1"]
+        assert cell.value.workers == ()
+        assert await registry.ask(RemoveWorker(snap.worker_id), 1.0) is None
+        assert sups[0].children() == []
+    finally:
+        await stop(sups)

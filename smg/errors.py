@@ -137,12 +137,12 @@ def wrong_api_key() -> ApiError:
 
 
 def queue_full() -> ApiError:
-    return ApiError(429, "queue_full", "Too many requests: the admission queue is full")
+    return ApiError(429, "admission_queue_full", "Too many requests: the admission queue is full")
 
 
 def queue_timeout(seconds: float) -> ApiError:
     return ApiError(
-        408, "queue_timeout", f"Request waited over {seconds:g} s in the admission queue"
+        408, "admission_queue_timeout", f"Request waited over {seconds:g} s in the admission queue"
     )
 
 

@@ -18,7 +18,7 @@ async def test_permits_up_to_limit_then_queue_then_429() -> None:
     assert adm.queued == 1 and not waiter.done()
     with pytest.raises(ApiError) as full:
         await adm.acquire()
-    assert full.value.status == 429 and full.value.code == "queue_full"
+    assert full.value.status == 429 and full.value.code == "admission_queue_full"
     adm.release()  # the permit moves straight to the waiter
     await settle()
     assert waiter.done() and waiter.exception() is None
@@ -35,7 +35,7 @@ async def test_queue_timeout_is_408_on_the_injected_clock() -> None:
     await clock.advance(0.2)
     assert waiter.done()
     err = waiter.exception()
-    assert isinstance(err, ApiError) and err.status == 408 and err.code == "queue_timeout"
+    assert isinstance(err, ApiError) and err.status == 408 and err.code == "admission_queue_timeout"
     assert adm.queued == 0
     adm.release()
     assert adm.active == 0

@@ -43,8 +43,11 @@ class ScriptedBackend:
         self.calls.append(worker.url)
         outcome = self.script[worker.url].pop(0)
         if isinstance(outcome, str):
-            raise UpstreamError(outcome, "scripted")
+            raise UpstreamError(outcome, "scripted", self.timeout_s)
         return FakeResponse(outcome)
+
+
+BACKENDS: dict[Runner, ScriptedBackend] = {}
 
 
 class RecordingClock:
@@ -109,19 +112,18 @@ def make_runner(
     runner = Runner(
         registry=SnapshotCell(RegistrySnapshot.build(tuple(workers))),
         policy=RoundRobinPolicy(),
-        backend=backend,
         retry=RetryPolicy.from_config(RetryConfig(retry_max_retries=retries)),
         clock=clock,
         rng=random.Random(1),
         metrics=metrics,
-        headers_for=lambda h, w, rid: dict(h),
     )
+    BACKENDS[runner] = backend
     return runner, backend, clock, metrics
 
 
 async def open_once(runner: Runner, model: str = "m") -> Any:
     return await runner.open(
-        model=model, route=RouteRequest(), path="/v1/x", body=b"{}", headers={}, request_id="r"
+        model=model, route=RouteRequest(), send=lambda w: BACKENDS[runner].open(w, "/x", b"", {})
     )
 
 

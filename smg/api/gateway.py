@@ -34,7 +34,7 @@ from smg.clock import Clock, LoopClock
 from smg.config import GatewayConfig, effective_max_concurrency
 from smg.core.retry import RetryPolicy
 from smg.metrics import Metrics
-from smg.pipeline.backends.http import HttpBackend, HttpProber, forward_headers
+from smg.pipeline.backends.http import HttpBackend, HttpProber
 from smg.pipeline.policies import make_policy
 from smg.pipeline.runner import Runner
 
@@ -49,6 +49,8 @@ def error_response(err: errors.ApiError, request_id: str) -> web.Response:
     headers = {"X-Request-Id": request_id, "X-SMG-Error-Code": err.code}
     if err.status == 503:
         headers["Retry-After"] = "1"
+    elif err.status == 429:
+        headers["Retry-After"] = "2"
     if err.status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="data-plane"'
     return web.Response(
@@ -93,13 +95,14 @@ class Gateway:
             raise errors.ApiError(503, "starting", "The gateway is still starting")
         return self._registry
 
-    def build_app(self, runner: Runner) -> web.Application:
+    def build_app(self, runner: Runner, backend: HttpBackend) -> web.Application:
         srv = self.cfg.server
         app = web.Application(
             client_max_size=srv.max_payload_size, middlewares=[self._middleware], handler_args=None
         )
         ProxyRoutes(
             runner=runner,
+            backend=backend,
             admission=self.admission,
             inflight=self.inflight,
             max_payload=srv.max_payload_size,
@@ -181,12 +184,10 @@ class Gateway:
             runner = Runner(
                 registry=self.registry_cell,
                 policy=self.policy,
-                backend=backend,
                 retry=RetryPolicy.from_config(cfg.retry),
                 clock=self.clock,
                 rng=self.rng,
                 metrics=self.metrics,
-                headers_for=forward_headers,
             )
             async with (
                 Supervisor("workers", strategy=Strategy.ONE_FOR_ONE, clock=self.clock) as wsup,
@@ -214,12 +215,12 @@ class Gateway:
                 )
                 for url in cfg.workers.worker_urls:
                     await self._registry.ask(AddWorker(url, api_key=cfg.server.api_key), 10.0)
-                await self._serve(runner, stop)
+                await self._serve(runner, backend, stop)
         log.info("gateway_stopped")
 
-    async def _serve(self, runner: Runner, stop: asyncio.Event) -> None:
+    async def _serve(self, runner: Runner, backend: HttpBackend, stop: asyncio.Event) -> None:
         cfg = self.cfg
-        app = self.build_app(runner)
+        app = self.build_app(runner, backend)
         web_runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await web_runner.setup()
         site = web.TCPSite(web_runner, cfg.server.host, cfg.server.port, reuse_address=True)

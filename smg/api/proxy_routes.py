@@ -9,7 +9,7 @@ stream with an error event, never a hang.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -18,9 +18,10 @@ from aiohttp import web
 
 from smg import errors
 from smg.actors.request import InFlight
+from smg.actors.snapshots import WorkerSnapshot
 from smg.api import requests as rq
 from smg.api.admission import Admission
-from smg.pipeline.backends.http import DROP_RESPONSE
+from smg.pipeline.backends.http import DROP_RESPONSE, HttpBackend, forward_headers
 from smg.pipeline.policies.base import RouteRequest
 from smg.pipeline.runner import Attempt, Runner, outcome_of, route_text
 
@@ -39,12 +40,14 @@ class ProxyRoutes:
         self,
         *,
         runner: Runner,
+        backend: HttpBackend,
         admission: Admission,
         inflight: InFlight,
         max_payload: int,
         wants_text: bool,
     ) -> None:
         self.runner = runner
+        self.backend = backend
         self.admission = admission
         self.inflight = inflight
         self.max_payload = max_payload
@@ -92,14 +95,15 @@ class ProxyRoutes:
         await self.admission.acquire()
         try:
             with self.inflight.track(request_id):
-                attempt = await self.runner.open(
-                    model=model,
-                    route=route,
-                    path=path,
-                    body=raw,
-                    headers=request.headers,
-                    request_id=request_id,
-                )
+                backend = self.backend
+                headers = request.headers
+
+                def send(worker: WorkerSnapshot) -> Awaitable[aiohttp.ClientResponse]:
+                    return backend.open(
+                        worker, path, raw, forward_headers(headers, worker, request_id)
+                    )
+
+                attempt = await self.runner.open(model=model, route=route, send=send)
                 upstream = attempt.response
                 if stream and upstream.status == 200:
                     return await self._relay_stream(request, attempt, request_id)
@@ -107,14 +111,16 @@ class ProxyRoutes:
         finally:
             self.admission.release()
 
-    async def _relay_whole(self, attempt: Attempt, request_id: str) -> web.Response:
+    async def _relay_whole(
+        self, attempt: Attempt[aiohttp.ClientResponse], request_id: str
+    ) -> web.Response:
         upstream = attempt.response
         success = False
         try:
             try:
                 data = await upstream.read()
             except (TimeoutError, aiohttp.ClientError) as exc:
-                raise _mid_body_error(exc, self.runner) from exc
+                raise _mid_body_error(exc, self.backend) from exc
             success = outcome_of(upstream.status)
             headers = {k: v for k, v in upstream.headers.items() if k.lower() not in DROP_RESPONSE}
             headers["X-Request-Id"] = request_id
@@ -125,7 +131,7 @@ class ProxyRoutes:
             self.runner.finish(attempt, success)
 
     async def _relay_stream(
-        self, request: web.Request, attempt: Attempt, request_id: str
+        self, request: web.Request, attempt: Attempt[aiohttp.ClientResponse], request_id: str
     ) -> web.StreamResponse:
         upstream = attempt.response
         resp = web.StreamResponse(
@@ -145,7 +151,7 @@ class ProxyRoutes:
                 try:
                     chunk = await read()
                 except (TimeoutError, aiohttp.ClientError) as exc:
-                    err = _mid_body_error(exc, self.runner)
+                    err = _mid_body_error(exc, self.backend)
                     log.warning("stream_upstream_failed", worker=attempt.worker.url, error=str(exc))
                     await write(sse_error(err))
                     break
@@ -163,7 +169,7 @@ class ProxyRoutes:
             self.runner.finish(attempt, success)
 
 
-def _mid_body_error(exc: BaseException, runner: Runner) -> errors.ApiError:
+def _mid_body_error(exc: BaseException, backend: HttpBackend) -> errors.ApiError:
     if isinstance(exc, asyncio.TimeoutError):
-        return errors.upstream_timeout(float(getattr(runner.backend, "timeout_s", 0.0)))
+        return errors.upstream_timeout(backend.timeout_s)
     return errors.ApiError(502, "upstream_stream_error", f"The worker's response broke off: {exc}")

@@ -9,11 +9,9 @@ reports its outcome to the worker's actor (`tell`), which owns the circuit break
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import aiohttp
+from typing import Any, Generic, Protocol, TypeVar
 
 from smg import errors
 from smg.actors.messages import Outcome
@@ -25,10 +23,16 @@ from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.policies.base import Policy, RouteRequest
 
 
-class Backend(Protocol):
-    async def open(
-        self, worker: WorkerSnapshot, path: str, body: bytes, headers: Mapping[str, str]
-    ) -> aiohttp.ClientResponse: ...
+class Opened(Protocol):
+    """What one attempt returns: an HTTP response, or a started engine stream."""
+
+    @property
+    def status(self) -> int: ...
+
+    def release(self) -> None: ...
+
+
+R = TypeVar("R", bound=Opened)
 
 
 class RunnerMetrics(Protocol):
@@ -37,9 +41,9 @@ class RunnerMetrics(Protocol):
 
 
 @dataclass(slots=True)
-class Attempt:
+class Attempt(Generic[R]):
     worker: WorkerSnapshot
-    response: aiohttp.ClientResponse
+    response: R
     attempts: int
     finished: bool = False
 
@@ -61,21 +65,17 @@ class Runner:
         *,
         registry: SnapshotCell[RegistrySnapshot],
         policy: Policy,
-        backend: Backend,
         retry: RetryPolicy,
         clock: Clock,
         rng: random.Random,
         metrics: RunnerMetrics,
-        headers_for: Callable[[Mapping[str, str], WorkerSnapshot, str], dict[str, str]],
     ) -> None:
         self.registry = registry
         self.policy = policy
-        self.backend = backend
         self.retry = retry
         self.clock = clock
         self.rng = rng
         self.metrics = metrics
-        self.headers_for = headers_for
 
     def candidates(self, model: str | None) -> tuple[WorkerSnapshot, ...]:
         """Workers serving `model` (any health). Raises model_not_found."""
@@ -108,14 +108,13 @@ class Runner:
         *,
         model: str | None,
         route: RouteRequest,
-        path: str,
-        body: bytes,
-        headers: Mapping[str, str],
-        request_id: str,
-    ) -> Attempt:
-        """Open an upstream response, retrying on other workers before any byte is relayed.
+        send: Callable[[WorkerSnapshot], Awaitable[R]],
+    ) -> Attempt[R]:
+        """Run `send` on a chosen worker, retrying on other workers before anything is relayed.
 
-        On return the chosen worker's in-flight count is held; call `finish` exactly once."""
+        `send` raises `UpstreamError` when the worker cannot be reached or does not answer in
+        time; a retryable `status` on its result also moves on. On return the chosen worker's
+        in-flight count is held: call `finish` exactly once."""
         failed: set[str] = set()
         last_error: errors.ApiError | None = None
         max_attempts = self.retry.max_attempts
@@ -125,15 +124,13 @@ class Runner:
             counter = worker.counter
             counter.active += 1
             try:
-                resp = await self.backend.open(
-                    worker, path, body, self.headers_for(headers, worker, request_id)
-                )
+                resp = await send(worker)
             except UpstreamError as exc:
                 counter.active -= 1
                 report(worker, False)
                 failed.add(worker.worker_id)
                 last_error = (
-                    errors.upstream_timeout(self._timeout_s())
+                    errors.upstream_timeout(exc.timeout_s)
                     if exc.kind == "timeout"
                     else errors.upstream_unreachable(exc.detail)
                 )
@@ -155,7 +152,7 @@ class Runner:
         assert last_error is not None
         raise last_error
 
-    def finish(self, attempt: Attempt, success: bool) -> None:
+    def finish(self, attempt: Attempt[Any], success: bool) -> None:
         if attempt.finished:
             return
         attempt.finished = True
@@ -167,9 +164,6 @@ class Runner:
     async def _backoff(self, worker: WorkerSnapshot, attempt: int) -> None:
         self.metrics.retried(worker)
         await self.clock.sleep(self.retry.delay_s(attempt, self.rng))
-
-    def _timeout_s(self) -> float:
-        return float(getattr(self.backend, "timeout_s", 0.0))
 
 
 def outcome_of(status: int) -> bool:

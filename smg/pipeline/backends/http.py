@@ -18,10 +18,11 @@ from smg.actors.snapshots import WorkerSnapshot
 class UpstreamError(Exception):
     """An attempt failed before the worker answered with a status line."""
 
-    def __init__(self, kind: str, detail: str) -> None:
+    def __init__(self, kind: str, detail: str, timeout_s: float = 0.0) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind  # "connect" | "timeout"
         self.detail = detail
+        self.timeout_s = timeout_s
 
 
 # Request headers a proxy must not forward (hop-by-hop, or recomputed by the client library).
@@ -75,9 +76,8 @@ class HttpBackend:
                 worker.url + path, data=body, headers=headers, timeout=self._timeout
             )
         except TimeoutError as exc:
-            raise UpstreamError(
-                "timeout", f"{worker.url}: no answer in {self.timeout_s:g} s"
-            ) from exc
+            detail = f"{worker.url}: no answer in {self.timeout_s:g} s"
+            raise UpstreamError("timeout", detail, self.timeout_s) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamError("connect", f"{worker.url}: {exc}") from exc
         except OSError as exc:

@@ -1,0 +1,1 @@
+"""Real processes on loopback: `smg sim` workers behind an `smg launch` gateway."""

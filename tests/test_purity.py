@@ -9,6 +9,12 @@ ROOT = Path(__file__).resolve().parent.parent / "smg"
 PURE = [
     *sorted((ROOT / "core").glob("*.py")),
     ROOT / "pipeline" / "radix_tree.py",
+    ROOT / "pipeline" / "sampling.py",
+    ROOT / "pipeline" / "output.py",
+    ROOT / "pipeline" / "detokenize.py",
+    ROOT / "pipeline" / "stop.py",
+    ROOT / "pipeline" / "token_cache.py",
+    ROOT / "pipeline" / "backends" / "grpc_convert.py",
     *sorted((ROOT / "pipeline" / "policies").glob("*.py")),
 ]
 FORBIDDEN = {"asyncio", "socket", "time", "aiohttp", "grpc", "threading", "random"}

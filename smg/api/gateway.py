@@ -26,23 +26,31 @@ from smg.actors.request import InFlight
 from smg.actors.runtime import ActorRef
 from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
+from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
 from smg.api.admission import Admission
-from smg.api.proxy_routes import ProxyRoutes
+from smg.api.native_routes import NativeRoutes
+from smg.api.openai_routes import OpenAIRoutes
+from smg.api.pipeline_routes import PipelineRoutes
+from smg.api.relay import HttpRelay
 from smg.api.requests import new_request_id, request_id_of
 from smg.clock import Clock, LoopClock
 from smg.config import GatewayConfig, effective_max_concurrency
 from smg.core.retry import RetryPolicy
 from smg.metrics import Metrics
+from smg.pipeline.backends.grpc import EngineClient
+from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber
 from smg.pipeline.backends.http import HttpBackend, HttpProber
 from smg.pipeline.policies import make_policy
 from smg.pipeline.runner import Runner
+from smg.pipeline.tokenizer import Tokenizer
 
 log = structlog.get_logger("smg.gateway")
 
 _PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness", "/v1/models"})
 _ID_PREFIX = {"/v1/chat/completions": "chatcmpl-", "/v1/completions": "cmpl-"}
 _TEXT_POLICIES = frozenset({"cache_aware", "consistent_hashing"})
+_TOKENIZER_LOAD_TIMEOUT_S = 300.0
 
 
 def error_response(err: errors.ApiError, request_id: str) -> web.Response:
@@ -85,6 +93,9 @@ class Gateway:
         self.policy = make_policy(cfg.routing.policy, cfg.routing, self.rng, self.clock.now)
         self._registry: ActorRef | None = None
         self._cache_index: ActorRef | None = None
+        self._tokenizer_registry: ActorRef | None = None
+        self.tokenizers: SnapshotCell[dict[str, Tokenizer]] = SnapshotCell({})
+        self.engines = EnginePool(rpc_timeout_s=cfg.health.health_check_timeout_secs)
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None
         self.started = asyncio.Event()
@@ -100,13 +111,30 @@ class Gateway:
         app = web.Application(
             client_max_size=srv.max_payload_size, middlewares=[self._middleware], handler_args=None
         )
-        ProxyRoutes(
+        relay = HttpRelay(runner, backend)
+        pipeline = PipelineRoutes(
             runner=runner,
-            backend=backend,
+            engines=self.engines,
+            tokenizers=self.tokenizers,
+            relay=relay,
+            request_timeout_s=srv.request_timeout_secs,
+        )
+        openai = OpenAIRoutes(
+            runner=runner,
+            relay=relay,
+            pipeline=pipeline,
             admission=self.admission,
             inflight=self.inflight,
             max_payload=srv.max_payload_size,
             wants_text=self.cfg.routing.policy in _TEXT_POLICIES,
+        )
+        openai.install(app)
+        NativeRoutes(
+            openai=openai,
+            pipeline=pipeline,
+            admission=self.admission,
+            inflight=self.inflight,
+            max_payload=srv.max_payload_size,
         ).install(app)
         AdminRoutes(
             registry_cell=self.registry_cell,
@@ -178,8 +206,13 @@ class Gateway:
             auto_decompress=False,
         ) as session:
             backend = HttpBackend(session, cfg.server.request_timeout_secs)
-            prober = HttpProber(
-                backend, cfg.health.health_check_endpoint, cfg.health.health_check_timeout_secs
+            prober = DispatchProber(
+                HttpProber(
+                    backend, cfg.health.health_check_endpoint, cfg.health.health_check_timeout_secs
+                ),
+                GrpcProber(
+                    self.engines, self._ensure_tokenizer, cfg.health.health_check_timeout_secs
+                ),
             )
             runner = Runner(
                 registry=self.registry_cell,
@@ -193,6 +226,12 @@ class Gateway:
                 Supervisor("workers", strategy=Strategy.ONE_FOR_ONE, clock=self.clock) as wsup,
                 Supervisor("core", strategy=Strategy.REST_FOR_ONE, clock=self.clock) as core,
             ):
+                self._tokenizer_registry = await core.start_child(
+                    ChildSpec(
+                        "tokenizers",
+                        lambda: TokenizerRegistryActor(self.tokenizers, cfg.tokenizer),
+                    )
+                )
                 self._cache_index = await core.start_child(
                     ChildSpec(
                         "cache_index",
@@ -215,7 +254,10 @@ class Gateway:
                 )
                 for url in cfg.workers.worker_urls:
                     await self._registry.ask(AddWorker(url, api_key=cfg.server.api_key), 10.0)
-                await self._serve(runner, backend, stop)
+                try:
+                    await self._serve(runner, backend, stop)
+                finally:
+                    await self.engines.close()
         log.info("gateway_stopped")
 
     async def _serve(self, runner: Runner, backend: HttpBackend, stop: asyncio.Event) -> None:
@@ -274,6 +316,17 @@ class Gateway:
         await site.start()
         self.bound_metrics_port = _bound_port(site)
         return r
+
+    async def _ensure_tokenizer(self, model: str, client: EngineClient) -> Tokenizer:
+        tok = self.tokenizers.value.get(model)
+        if tok is not None:
+            return tok
+        if self._tokenizer_registry is None:
+            raise LookupError("the tokenizer registry is not running")
+        result: Tokenizer = await self._tokenizer_registry.ask(
+            EnsureTokenizer(model, client), _TOKENIZER_LOAD_TIMEOUT_S
+        )
+        return result
 
     def _on_worker_removed(self, snap: WorkerSnapshot) -> None:
         if self._cache_index is not None and self._cache_index.alive:

@@ -1,0 +1,126 @@
+"""OpenAI endpoints: validate, admit, then proxy (HTTP workers) or run the token pipeline
+(models served by gRPC engines). Validation happens before a permit is taken, so a client's
+mistake never waits in the admission queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from smg.actors.request import InFlight
+from smg.actors.snapshots import WorkerSnapshot
+from smg.api import requests as rq
+from smg.api.admission import Admission
+from smg.api.pipeline_routes import ROUTING_KEY_HEADER, PipelineRoutes
+from smg.api.relay import HttpRelay
+from smg.pipeline.backends.http import forward_headers
+from smg.pipeline.policies.base import RouteRequest
+from smg.pipeline.runner import Runner, route_text
+
+
+class OpenAIRoutes:
+    def __init__(
+        self,
+        *,
+        runner: Runner,
+        relay: HttpRelay,
+        pipeline: PipelineRoutes | None,
+        admission: Admission,
+        inflight: InFlight,
+        max_payload: int,
+        wants_text: bool,
+    ) -> None:
+        self.runner = runner
+        self.relay = relay
+        self.pipeline = pipeline
+        self.admission = admission
+        self.inflight = inflight
+        self.max_payload = max_payload
+        self.wants_text = wants_text  # the policy keys on request text (cache-aware, hashing)
+
+    def install(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/embeddings", self.embeddings)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "/v1/chat/completions", rq.check_chat, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "/v1/completions", rq.check_completion, chat=False)
+
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "/v1/embeddings", rq.check_embeddings, chat=None)
+
+    async def _serve(
+        self,
+        request: web.Request,
+        path: str,
+        check: Callable[[dict[str, Any]], None],
+        *,
+        chat: bool | None,
+    ) -> web.StreamResponse:
+        raw = await rq.read_body(request, self.max_payload)
+        body = rq.parse_object(raw)
+        model = rq.require_model(body)
+        check(body)
+        self.runner.candidates(model)  # unknown model: 404 before taking a permit
+        stream = body.get("stream") is True
+        request_id: str = request["request_id"]
+        pipeline = self.pipeline
+        if chat is not None and pipeline is not None and pipeline.serves(model):
+            await self.admission.acquire()
+            try:
+                with self.inflight.track(request_id):
+                    if chat:
+                        prepared = await pipeline.prepare_chat(body, model, request_id)
+                    else:
+                        prepared = await pipeline.prepare_completion(body, model, request_id)
+                    return await pipeline.run(
+                        request, prepared, raw=raw, path=path, stream=stream, request_id=request_id
+                    )
+            finally:
+                self.admission.release()
+        return await self._proxy(request, path, raw, body, model, stream, request_id)
+
+    async def _proxy(
+        self,
+        request: web.Request,
+        path: str,
+        raw: bytes,
+        body: dict[str, Any],
+        model: str,
+        stream: bool,
+        request_id: str,
+    ) -> web.StreamResponse:
+        route = RouteRequest(
+            text=route_text(body) if self.wants_text else None,
+            routing_key=request.headers.get(ROUTING_KEY_HEADER),
+            model=model,
+        )
+        await self.admission.acquire()
+        try:
+            with self.inflight.track(request_id):
+                backend = self.relay.backend
+                headers = request.headers
+
+                def send(worker: WorkerSnapshot) -> Awaitable[aiohttp.ClientResponse]:
+                    return backend.open(
+                        worker, path, raw, forward_headers(headers, worker, request_id)
+                    )
+
+                attempt = await self.runner.open(model=model, route=route, send=send)
+                return await self.relay.answer(request, attempt, request_id, stream)
+        finally:
+            self.admission.release()
+
+    async def relay_native(
+        self, request: web.Request, path: str, raw: bytes, body: dict[str, Any], model: str
+    ) -> web.StreamResponse:
+        """A native endpoint for a model served by HTTP workers only: relay it as it is."""
+        stream = body.get("stream") is True
+        return await self._proxy(request, path, raw, body, model, stream, request["request_id"])

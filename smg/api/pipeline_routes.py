@@ -1,0 +1,268 @@
+"""gRPC mode: the gateway as a full OpenAI server over engines that see only token ids.
+
+The stage list is the same for every endpoint: request → sampling params → chat template →
+tokens (cached, off the loop) → route on tokens → engine stream → detokenize + stop strings →
+OpenAI shapes. A model whose fleet mixes HTTP and gRPC workers still routes once, on tokens; an
+HTTP worker picked that way gets the client's original body, relayed as in HTTP mode.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from smg import errors
+from smg.actors.snapshots import SnapshotCell, WorkerSnapshot
+from smg.api.relay import HttpRelay
+from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
+from smg.pipeline.backends.http import forward_headers
+from smg.pipeline.chat_template import TemplateError
+from smg.pipeline.engine_types import EngineRequest, SamplingParams
+from smg.pipeline.output import OutputShaper, OutputSpec
+from smg.pipeline.policies.base import RouteRequest
+from smg.pipeline.runner import Attempt, Runner
+from smg.pipeline.sampling import sampling_from_openai
+from smg.pipeline.tokenizer import Tokenizer
+
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request after the CPU stages, ready to route and send."""
+
+    model: str
+    tokenizer: Tokenizer
+    input_ids: list[int]
+    prompt_text: str
+    sampling: SamplingParams
+    spec: OutputSpec
+
+
+class PipelineRoutes:
+    def __init__(
+        self,
+        *,
+        runner: Runner,
+        engines: EnginePool,
+        tokenizers: SnapshotCell[dict[str, Tokenizer]],
+        relay: HttpRelay,
+        request_timeout_s: float,
+    ) -> None:
+        self.runner = runner
+        self.engines = engines
+        self.tokenizers = tokenizers
+        self.relay = relay
+        self.timeout_s = request_timeout_s
+
+    def serves(self, model: str | None) -> bool:
+        """True when `model` has a gRPC worker: its requests take the token pipeline."""
+        if model is None:
+            return False
+        return any(is_grpc_url(w.url) for w in self.runner.candidates(model))
+
+    def tokenizer(self, model: str) -> Tokenizer:
+        tok = self.tokenizers.value.get(model)
+        if tok is None:
+            raise errors.ApiError(
+                503,
+                "tokenizer_unavailable",
+                f"The tokenizer for model '{model}' is not loaded yet",
+                type="server_error",
+            )
+        return tok
+
+    # --- preparing -------------------------------------------------------------------------------
+    async def prepare_chat(self, body: dict[str, Any], model: str, request_id: str) -> Prepared:
+        tok = self.tokenizer(model)
+        sampling = sampling_from_openai(body, chat=True)
+        if tok.chat_template is None:
+            raise errors.invalid_request(f"Model '{model}' has no chat template", param="messages")
+        kwargs = body.get("chat_template_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise errors.invalid_type("'chat_template_kwargs' must be an object")
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise errors.invalid_type("'tools' must be an array", param="tools")
+        if body.get("tool_choice") == "none":
+            tools = None
+        try:
+            prompt = tok.chat_template.render(
+                body["messages"], tools=tools, add_generation_prompt=True, **kwargs
+            )
+        except TemplateError as exc:
+            raise errors.invalid_request(f"Chat template: {exc}", param="messages") from None
+        ids = await tok.encode(prompt)
+        spec = self._spec(body, sampling, model, request_id, True)
+        return Prepared(model, tok, ids, prompt, sampling, spec)
+
+    async def prepare_completion(
+        self, body: dict[str, Any], model: str, request_id: str
+    ) -> Prepared:
+        tok = self.tokenizer(model)
+        sampling = sampling_from_openai(body, chat=False)
+        prompt = body["prompt"]
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            text, ids = prompt, await tok.encode(prompt, add_special_tokens=True)
+        elif isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+            text, ids = "", list(prompt)
+        else:
+            raise errors.invalid_request(
+                "In gRPC mode 'prompt' must be one string or one list of token ids",
+                param="prompt",
+            )
+        spec = self._spec(body, sampling, model, request_id, False)
+        if body.get("echo") is True:
+            spec = _replace(spec, echo_prompt=text or tok.decode_sync(ids, False))
+        return Prepared(model, tok, ids, text, sampling, spec)
+
+    def _spec(
+        self,
+        body: dict[str, Any],
+        sampling: SamplingParams,
+        model: str,
+        request_id: str,
+        chat: bool,
+    ) -> OutputSpec:
+        options = body.get("stream_options")
+        return OutputSpec(
+            response_id=request_id,
+            model=model,
+            created=int(time.time()),
+            chat=chat,
+            n=sampling.n,
+            stop=sampling.stop,
+            include_stop=sampling.include_stop_str_in_output,
+            skip_special_tokens=sampling.skip_special_tokens,
+            include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+            logprobs=sampling.logprobs is not None,
+            top_logprobs=sampling.logprobs or 0,
+        )
+
+    # --- running ---------------------------------------------------------------------------------
+    async def run(
+        self,
+        request: web.Request,
+        prepared: Prepared,
+        *,
+        raw: bytes,
+        path: str,
+        stream: bool,
+        request_id: str,
+    ) -> web.StreamResponse:
+        attempt = await self.open(request, prepared, raw=raw, path=path, stream=stream)
+        if isinstance(attempt.response, aiohttp.ClientResponse):
+            return await self.relay.answer(request, attempt, request_id, stream)
+        shaper = OutputShaper(prepared.spec, prepared.tokenizer.decode_sync)
+        if stream:
+            return await self._stream(request, attempt, shaper, request_id)
+        return await self._whole(attempt, shaper, request_id)
+
+    async def open(
+        self,
+        request: web.Request,
+        prepared: Prepared,
+        *,
+        raw: bytes,
+        path: str,
+        stream: bool,
+    ) -> Attempt[Any]:
+        """Route on the prompt's tokens and start the call: an `EngineStream` for a gRPC worker,
+        an HTTP response (to the client's original body) for an HTTP one."""
+        request_id = prepared.spec.response_id
+        engine_request = EngineRequest(
+            request_id=request_id,
+            input_ids=tuple(prepared.input_ids),
+            sampling=prepared.sampling,
+            stream=stream,
+            original_text=prepared.prompt_text,
+        )
+        route = RouteRequest(
+            tokens=prepared.input_ids,
+            routing_key=request.headers.get(ROUTING_KEY_HEADER),
+            model=prepared.model,
+        )
+        engines, timeout_s, backend = self.engines, self.timeout_s, self.relay.backend
+        headers = request.headers
+
+        def send(worker: WorkerSnapshot) -> Awaitable[Any]:
+            if is_grpc_url(worker.url):
+                return start_stream(engines.client(worker.url), engine_request, timeout_s)
+            return backend.open(worker, path, raw, forward_headers(headers, worker, request_id))
+
+        return await self.runner.open(model=prepared.model, route=route, send=send)
+
+    async def _whole(
+        self, attempt: Attempt[EngineStream], shaper: OutputShaper, request_id: str
+    ) -> web.Response:
+        engine = attempt.response
+        success = False
+        try:
+            async for ev in engine.events():
+                shaper.collect(ev)
+                if shaper.all_done:
+                    break
+            if shaper.error is not None and not any(c.text for c in shaper.choices):
+                raise errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
+            success = True
+            return web.Response(
+                body=orjson.dumps(shaper.body()),
+                content_type="application/json",
+                headers={"X-Request-Id": request_id, "X-SMG-Routed-Worker-Id": attempt.worker.url},
+            )
+        finally:
+            await engine.aclose()
+            self.runner.finish(attempt, success)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        attempt: Attempt[EngineStream],
+        shaper: OutputShaper,
+        request_id: str,
+    ) -> web.StreamResponse:
+        engine = attempt.response
+        resp = web.StreamResponse(
+            status=200,
+            headers={
+                **SSE_HEADERS,
+                "X-Request-Id": request_id,
+                "X-SMG-Routed-Worker-Id": attempt.worker.url,
+            },
+        )
+        success = False
+        try:
+            await resp.prepare(request)
+            write = resp.write
+            on_event = shaper.on_event
+            async for ev in engine.events():
+                frames = on_event(ev)
+                if frames:
+                    await write(frames[0] if len(frames) == 1 else b"".join(frames))
+                if shaper.all_done:
+                    break
+            if shaper.error is not None:
+                err = errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
+                await write(b"data: " + err.to_json() + b"\n\n")
+            await write(b"".join(shaper.closing_frames()))
+            await resp.write_eof()
+            success = shaper.error is None
+            return resp
+        finally:
+            await engine.aclose()
+            self.runner.finish(attempt, success)
+
+
+def _replace(spec: OutputSpec, **changes: Any) -> OutputSpec:
+    import dataclasses
+
+    return dataclasses.replace(spec, **changes)

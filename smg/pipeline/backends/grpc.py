@@ -1,0 +1,358 @@
+"""gRPC transport adapter: one engine (vLLM or SGLang) behind the smg-grpc-proto contract.
+
+It moves messages only. `grpc_convert` builds requests and normalises replies; the runner decides
+which worker, whether to retry and what to count. Errors are classified like the HTTP adapter's:
+the engine could not be reached (`UpstreamError("connect")`), did not answer in time
+(`UpstreamError("timeout")`), or refused the request (`EngineError`, with the gRPC status). A
+failure after output started is not raised: it ends each open choice with `Finished("error")`.
+
+Two channels per engine, each on its own TCP connection (`use_local_subchannel_pool`):
+* data: Generate, with HTTP/2 keepalive so a dead engine is found during a long prefill or a
+  silent stream. The engine's server must accept a ping every 30 s without calls
+  (`grpc.http2.min_ping_interval_without_data_ms` <= 30000 and `max_ping_strikes` 0 on the
+  server), or it answers GOAWAY "too_many_pings" and the connection is re-made.
+* probe: health, model info, loads, tokenizer download and Abort; no keepalive (short unary
+  calls), so a probe never shares the fate of a data connection a server closed for pinging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+import structlog
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from smg_grpc_proto.generated import (
+    common_pb2,
+    sglang_scheduler_pb2,
+    sglang_scheduler_pb2_grpc,
+    vllm_engine_pb2,
+    vllm_engine_pb2_grpc,
+)
+
+from smg.pipeline.backends.grpc_convert import (
+    DETECTION_ORDER,
+    PROTO_MODULES,
+    SERVICE_NAMES,
+    SGLANG,
+    VLLM,
+    ResponseNormaliser,
+    build_aborts,
+    build_generate,
+    loads_from,
+    model_info_from,
+)
+from smg.pipeline.backends.http import UpstreamError
+from smg.pipeline.engine_types import EngineEvent, EngineModelInfo, EngineRequest
+
+log = structlog.get_logger("smg.grpc")
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # long prompts as token ids, tokenizer zip chunks
+_COMMON_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.enable_retries", 0),  # the gateway's runner retries, on another worker if need be
+    ("grpc.max_reconnect_backoff_ms", 5_000),  # a restarted engine is found in 5 s, not 120 s
+    ("grpc.use_local_subchannel_pool", 1),  # a connection per channel, never shared
+)
+DATA_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    *_COMMON_OPTIONS,
+    ("grpc.keepalive_time_ms", 30_000),  # ping after 30 s without bytes ...
+    ("grpc.keepalive_timeout_ms", 10_000),  # ... and give up on the connection 10 s later
+    ("grpc.keepalive_permit_without_calls", 1),  # idle connections are checked too
+    ("grpc.http2.max_pings_without_data", 0),  # a long prefill sends no data: keep pinging
+)
+PROBE_CHANNEL_OPTIONS = _COMMON_OPTIONS
+
+# gRPC status -> the HTTP status the runner should answer with when the engine refuses a request
+_HTTP_BY_GRPC = {
+    "INVALID_ARGUMENT": 400,
+    "OUT_OF_RANGE": 400,
+    "FAILED_PRECONDITION": 400,
+    "NOT_FOUND": 404,
+    "CANCELLED": 499,
+    "UNIMPLEMENTED": 501,
+    "RESOURCE_EXHAUSTED": 503,
+    "ABORTED": 503,
+}
+
+
+class EngineError(Exception):
+    """The engine answered with a gRPC error status before any output."""
+
+    def __init__(self, status: str, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status  # the gRPC status code name, e.g. "INVALID_ARGUMENT"
+        self.detail = detail
+
+    @property
+    def http_status(self) -> int:
+        return _HTTP_BY_GRPC.get(self.status, 502)
+
+
+def grpc_target(url: str) -> str:
+    """`grpc://host:port` -> `host:port`."""
+    if not url.startswith("grpc://"):
+        raise ValueError(f"not a grpc:// URL: {url!r}")
+    target = url.removeprefix("grpc://").rstrip("/")
+    if not target:
+        raise ValueError(f"no address in {url!r}")
+    return target
+
+
+def _describe(exc: grpc.aio.AioRpcError) -> str:
+    return f"{exc.code().name}: {exc.details() or 'no details'}"
+
+
+class EngineClient:
+    """One engine: generate, health, model info, loads, abort, tokenizer chunks."""
+
+    def __init__(
+        self,
+        url: str,
+        runtime: str,
+        data: grpc.aio.Channel,
+        probe: grpc.aio.Channel,
+        *,
+        rpc_timeout_s: float = 5.0,
+        abort_timeout_s: float = 1.0,
+    ) -> None:
+        if runtime not in SERVICE_NAMES:
+            raise ValueError(f"unknown runtime {runtime!r}: expected 'vllm' or 'sglang'")
+        self.url = url
+        self.runtime = runtime
+        self.rpc_timeout_s = rpc_timeout_s  # each control-plane call's deadline
+        self.abort_timeout_s = abort_timeout_s
+        self._data_channel = data
+        self._probe_channel = probe
+        self._pb = PROTO_MODULES[runtime]
+        stub_class = (
+            vllm_engine_pb2_grpc.VllmEngineStub
+            if runtime == VLLM
+            else sglang_scheduler_pb2_grpc.SglangSchedulerStub
+        )
+        self._data: Any = stub_class(data)
+        self._probe: Any = stub_class(probe)
+        self._health: Any = health_pb2_grpc.HealthStub(probe)
+        self._standard_health: bool | None = None  # None: not asked yet
+        self._aborts: set[Any] = set()  # in-flight fire-and-forget Abort calls
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        runtime: str | None = None,
+        rpc_timeout_s: float = 5.0,
+        abort_timeout_s: float = 1.0,
+    ) -> EngineClient:
+        """Open the channels; when `runtime` is None, ask GetModelInfo of the SGLang service and
+        then the vLLM one (the other answers UNIMPLEMENTED). With a runtime given nothing is sent:
+        the first call connects."""
+        target = grpc_target(url)
+        data = grpc.aio.insecure_channel(target, options=DATA_CHANNEL_OPTIONS)
+        probe = grpc.aio.insecure_channel(target, options=PROBE_CHANNEL_OPTIONS)
+        ok = False
+        try:
+            if runtime is None:
+                runtime = await _detect_runtime(probe, url, rpc_timeout_s)
+            client = cls(
+                url,
+                runtime,
+                data,
+                probe,
+                rpc_timeout_s=rpc_timeout_s,
+                abort_timeout_s=abort_timeout_s,
+            )
+            ok = True
+            return client
+        finally:
+            if not ok:
+                await data.close()
+                await probe.close()
+
+    # --- data plane ----------------------------------------------------------------------------
+
+    async def generate(
+        self, req: EngineRequest, *, timeout_s: float | None = None
+    ) -> AsyncGenerator[EngineEvent, None]:
+        """Stream our events for one request. If the consumer stops early or is cancelled, the
+        call is cancelled and an Abort for `req.request_id` is sent without waiting for it."""
+        norm = ResponseNormaliser(self.runtime, stream=req.stream, n=req.sampling.n)
+        call = self._data.Generate(build_generate(self.runtime, req), timeout=timeout_s)
+        started = False
+        ended = False  # the engine is done with the request: no Abort needed
+        try:
+            while True:
+                try:
+                    response = await call.read()
+                except grpc.aio.AioRpcError as exc:
+                    deadline = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                    ended = not deadline  # an engine error ended it; our deadline did not
+                    if norm.all_finished:
+                        return
+                    if not started:
+                        raise self._error(exc, timeout_s) from exc
+                    for failed in norm.fail(_describe(exc)):
+                        yield failed
+                    return
+                if response is grpc.aio.EOF:
+                    ended = True
+                    for failed in norm.fail("the engine closed the stream before finishing"):
+                        yield failed
+                    return
+                event = norm.feed(response)
+                if event is None:
+                    continue
+                started = True
+                ended = norm.all_finished
+                yield event
+        finally:
+            if not call.done():
+                call.cancel()
+            if not ended:
+                self._fire_abort(req.request_id)
+
+    def _fire_abort(self, request_id: str) -> None:
+        """Send Abort and return at once: grpc.aio runs a unary call by itself; the client keeps
+        a reference until it is done and `close()` waits for the stragglers."""
+        if self._closed:
+            return
+        try:
+            messages = build_aborts(self.runtime, [request_id], "cancelled by the gateway")
+            calls = [self._probe.Abort(m, timeout=self.abort_timeout_s) for m in messages]
+        except Exception as exc:  # never let the abort path break the caller's cancellation
+            log.warning("abort_not_sent", url=self.url, request_id=request_id, error=repr(exc))
+            return
+        for call in calls:
+            self._aborts.add(call)
+            call.add_done_callback(self._abort_done)
+
+    def _abort_done(self, call: Any) -> None:
+        # best effort: an Abort that fails (engine gone, request already over) changes nothing
+        self._aborts.discard(call)
+
+    async def abort(
+        self, request_ids: Sequence[str], reason: str = "aborted by the gateway"
+    ) -> None:
+        for message in build_aborts(self.runtime, list(request_ids), reason):
+            await self._unary(self._probe.Abort, message, self.abort_timeout_s)
+
+    # --- control plane -------------------------------------------------------------------------
+
+    async def health(self, timeout_s: float | None = None) -> bool:
+        """`grpc.health.v1.Health/Check` for the engine's service (then the server as a whole if
+        that name is unknown); the engine's own HealthCheck RPC when the standard service is not
+        there (SGLang's generates one token: give it a few seconds)."""
+        timeout = timeout_s or self.rpc_timeout_s
+        if self._standard_health is not False:
+            for service in (SERVICE_NAMES[self.runtime], ""):
+                try:
+                    answer = await self._health.Check(
+                        health_pb2.HealthCheckRequest(service=service), timeout=timeout
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() == grpc.StatusCode.NOT_FOUND:
+                        continue
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        self._standard_health = False
+                        break
+                    return False
+                self._standard_health = True
+                return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+        try:
+            reply = await self._probe.HealthCheck(self._pb.HealthCheckRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(reply.healthy)
+
+    async def model_info(self) -> EngineModelInfo:
+        info = await self._unary(self._probe.GetModelInfo, self._pb.GetModelInfoRequest())
+        server = None
+        if not info.max_context_length:  # SGLang may carry it in its server args only
+            try:
+                server = await self._unary(
+                    self._probe.GetServerInfo, self._pb.GetServerInfoRequest()
+                )
+            except (UpstreamError, EngineError) as exc:
+                log.debug("server_info_unavailable", url=self.url, error=str(exc))
+        return model_info_from(self.runtime, info, server)
+
+    async def loads(self) -> dict[str, Any]:
+        """Running/waiting requests and token usage, summed over the engine's DP ranks."""
+        if self.runtime == SGLANG:
+            request = sglang_scheduler_pb2.GetLoadsRequest(include=["core"])
+        else:
+            request = vllm_engine_pb2.GetLoadsRequest()
+        return loads_from(await self._unary(self._probe.GetLoads, request))
+
+    async def tokenizer_chunks(self, timeout_s: float = 120.0) -> AsyncIterator[tuple[bytes, str]]:
+        """The GetTokenizer stream as (data, sha256) pairs; sha256 is set on the last only."""
+        call = self._probe.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=timeout_s)
+        try:
+            while True:
+                try:
+                    chunk = await call.read()
+                except grpc.aio.AioRpcError as exc:
+                    raise self._error(exc, timeout_s) from exc
+                if chunk is grpc.aio.EOF:
+                    return
+                yield chunk.data, chunk.sha256
+        finally:
+            if not call.done():
+                call.cancel()
+
+    async def close(self) -> None:
+        """Wait for in-flight Aborts (each has a short deadline), then close both channels."""
+        self._closed = True
+        for call in list(self._aborts):
+            try:
+                await call
+            except grpc.aio.AioRpcError as exc:
+                log.debug("abort_failed", url=self.url, error=_describe(exc))
+        await self._data_channel.close()
+        await self._probe_channel.close()
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    async def _unary(self, method: Any, message: Any, timeout_s: float | None = None) -> Any:
+        timeout = timeout_s or self.rpc_timeout_s
+        try:
+            return await method(message, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, timeout) from exc
+
+    def _error(self, exc: grpc.aio.AioRpcError, timeout_s: float | None) -> Exception:
+        return _classify(exc, self.url, timeout_s)
+
+
+def _classify(exc: grpc.aio.AioRpcError, url: str, timeout_s: float | None) -> Exception:
+    code = exc.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return UpstreamError("connect", f"{url}: {exc.details() or 'unavailable'}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        within = f" in {timeout_s:g} s" if timeout_s else ""
+        return UpstreamError("timeout", f"{url}: no answer{within}")
+    return EngineError(code.name, exc.details() or "")
+
+
+async def _detect_runtime(probe: grpc.aio.Channel, url: str, timeout_s: float) -> str:
+    for runtime in DETECTION_ORDER:
+        stub_class = (
+            vllm_engine_pb2_grpc.VllmEngineStub
+            if runtime == VLLM
+            else sglang_scheduler_pb2_grpc.SglangSchedulerStub
+        )
+        request = PROTO_MODULES[runtime].GetModelInfoRequest()
+        try:
+            await stub_class(probe).GetModelInfo(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                continue
+            raise _classify(exc, url, timeout_s) from exc
+        return runtime
+    raise EngineError(
+        "UNIMPLEMENTED", f"{url} serves neither {SERVICE_NAMES[SGLANG]} nor {SERVICE_NAMES[VLLM]}"
+    )

@@ -1,0 +1,152 @@
+"""gRPC workers as the gateway sees them: one `EngineClient` per worker URL, its health probe,
+and the started stream the runner retries on.
+
+`EnginePool.client(url)` is a dict lookup on the hot path: a worker is routable only after a
+probe connected its client. `EngineStream` is what one attempt returns: the engine's first event
+is already in, so a worker that cannot be reached fails the attempt (and the runner moves on)
+before anything is sent to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from smg import errors
+from smg.actors.messages import ProbeResult
+from smg.actors.snapshots import WorkerSnapshot
+from smg.pipeline.backends.grpc import EngineClient, EngineError
+from smg.pipeline.backends.http import UpstreamError
+from smg.pipeline.engine_types import EngineEvent, EngineRequest
+
+
+def is_grpc_url(url: str) -> bool:
+    return url.startswith(("grpc://", "grpcs://"))
+
+
+class EnginePool:
+    def __init__(self, *, rpc_timeout_s: float = 5.0) -> None:
+        self.rpc_timeout_s = rpc_timeout_s
+        self._clients: dict[str, EngineClient] = {}
+        self._lock = asyncio.Lock()
+
+    def client(self, url: str) -> EngineClient:
+        try:
+            return self._clients[url]
+        except KeyError:
+            raise UpstreamError("connect", f"{url}: not connected yet") from None
+
+    async def connect(self, url: str) -> EngineClient:
+        client = self._clients.get(url)
+        if client is not None:
+            return client
+        async with self._lock:
+            client = self._clients.get(url)
+            if client is None:
+                client = await EngineClient.connect(url, rpc_timeout_s=self.rpc_timeout_s)
+                self._clients[url] = client
+            return client
+
+    async def forget(self, url: str) -> None:
+        client = self._clients.pop(url, None)
+        if client is not None:
+            await client.close()
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            await c.close()
+
+
+class GrpcProber:
+    """Health of a gRPC worker: the standard health service (or the engine's HealthCheck); on
+    first success the model is learned from GetModelInfo and its tokenizer made ready."""
+
+    def __init__(
+        self,
+        pool: EnginePool,
+        ensure_tokenizer: Callable[[str, EngineClient], Awaitable[Any]],
+        timeout_s: float,
+    ) -> None:
+        self.pool = pool
+        self.ensure_tokenizer = ensure_tokenizer
+        self.timeout_s = timeout_s
+
+    async def __call__(self, worker: WorkerSnapshot) -> ProbeResult:
+        try:
+            client = await self.pool.connect(worker.url)
+            if not await client.health(self.timeout_s):
+                return ProbeResult(ok=False, detail="engine reports not serving")
+            model_id = worker.model_id
+            if model_id is None:
+                model_id = (await client.model_info()).model_id
+            await self.ensure_tokenizer(model_id, client)
+            return ProbeResult(ok=True, model_id=model_id)
+        except (UpstreamError, EngineError, grpc.aio.AioRpcError, OSError) as exc:
+            return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        except LookupError as exc:
+            return ProbeResult(ok=False, detail=str(exc))
+
+
+class DispatchProber:
+    """One prober for a mixed fleet: gRPC workers by URL scheme, the rest over HTTP."""
+
+    def __init__(
+        self,
+        http: Callable[[WorkerSnapshot], Awaitable[ProbeResult]],
+        grpc_prober: Callable[[WorkerSnapshot], Awaitable[ProbeResult]] | None,
+    ) -> None:
+        self.http = http
+        self.grpc = grpc_prober
+
+    def __call__(self, worker: WorkerSnapshot) -> Awaitable[ProbeResult]:
+        if self.grpc is not None and is_grpc_url(worker.url):
+            return self.grpc(worker)
+        return self.http(worker)
+
+
+class EngineStream:
+    """A started engine call: status 200 once the first event arrived."""
+
+    __slots__ = ("_agen", "_first", "status")
+
+    def __init__(self, agen: AsyncIterator[EngineEvent], first: EngineEvent | None) -> None:
+        self._agen = agen
+        self._first = first
+        self.status = 200
+
+    def release(self) -> None:
+        """Nothing to return to a pool; `aclose` ends the call."""
+
+    async def events(self) -> AsyncIterator[EngineEvent]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        async for ev in self._agen:
+            yield ev
+
+    async def aclose(self) -> None:
+        """End the engine call (cancels it and sends Abort if it was still running)."""
+        close = getattr(self._agen, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def start_stream(
+    client: EngineClient, request: EngineRequest, timeout_s: float | None
+) -> EngineStream:
+    agen = client.generate(request, timeout_s=timeout_s)
+    try:
+        first = await anext(agen)
+    except StopAsyncIteration:
+        first = None
+    except EngineError as exc:
+        await agen.aclose()
+        if exc.http_status in (502, 503):  # the engine is unavailable or overloaded: try another
+            raise UpstreamError("connect", str(exc)) from exc
+        code = "engine_invalid_request" if exc.http_status == 400 else "engine_error"
+        raise errors.ApiError(exc.http_status, code, f"The engine refused: {exc}") from exc
+    return EngineStream(agen, first)

@@ -1,0 +1,77 @@
+"""Incremental detokenization: token ids in, newly final text out (pure; no IO).
+
+Byte-level BPE splits multi-byte UTF-8 characters (emoji, CJK, accents) across tokens, and a
+decode of a partial character yields U+FFFD. So we keep two offsets into the ids seen so far:
+
+    ids[prefix_offset:read_offset]   already emitted; decoded again only as left context
+    ids[read_offset:]                new, not yet emitted
+
+On each feed we decode the context window and the window plus the new ids; the new text is the
+difference. If it ends with U+FFFD the character may still be incomplete, so nothing is emitted
+and the ids stay pending. Once the text is clean, the window slides forward (prefix_offset takes
+the old read_offset), so each step decodes only a few tokens: O(1) per token, not O(n).
+
+`finish()` flushes what is pending; an invalid trailing byte sequence comes out as U+FFFD, just
+as a full decode of all the ids would give it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+REPLACEMENT = "\ufffd"
+
+
+class DecodeFn(Protocol):
+    def __call__(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+class IncrementalDetokenizer:
+    """Turns a stream of token ids into text deltas whose concatenation equals decode(all)."""
+
+    __slots__ = ("_decode", "_ids", "_prefix_offset", "_read_offset", "_skip_special")
+
+    def __init__(self, decode_fn: DecodeFn, *, skip_special_tokens: bool = True) -> None:
+        self._decode = decode_fn
+        self._skip_special = skip_special_tokens
+        self._ids: list[int] = []
+        self._prefix_offset = 0
+        self._read_offset = 0
+
+    @property
+    def ids(self) -> list[int]:
+        """Every id fed so far (the engine's output tokens)."""
+        return self._ids
+
+    @property
+    def pending(self) -> int:
+        """Ids fed but not yet turned into emitted text."""
+        return len(self._ids) - self._read_offset
+
+    def _window_texts(self) -> tuple[str, str]:
+        ids, skip = self._ids, self._skip_special
+        prefix = self._decode(ids[self._prefix_offset : self._read_offset], skip)
+        full = self._decode(ids[self._prefix_offset :], skip)
+        return prefix, full
+
+    def feed(self, new_ids: Sequence[int]) -> str:
+        """Add ids from the engine; returns the text they complete (possibly "")."""
+        if not new_ids:
+            return ""
+        self._ids.extend(new_ids)
+        prefix, full = self._window_texts()
+        if len(full) > len(prefix) and not full.endswith(REPLACEMENT):
+            self._prefix_offset = self._read_offset
+            self._read_offset = len(self._ids)
+            return full[len(prefix) :]
+        return ""
+
+    def finish(self) -> str:
+        """The rest of the text at the end of the stream (U+FFFD for invalid trailing bytes)."""
+        if self._read_offset == len(self._ids):
+            return ""
+        prefix, full = self._window_texts()
+        self._prefix_offset = self._read_offset
+        self._read_offset = len(self._ids)
+        return full[len(prefix) :]

@@ -1,0 +1,268 @@
+"""Engine events → OpenAI responses (pure; no IO).
+
+`OutputShaper` keeps one `ChoiceState` per choice: an incremental detokenizer and a stop matcher.
+For a stream, `on_event` returns the SSE frames to write for one engine event; for a whole
+answer, `collect` accumulates and `body()` builds the final JSON. The two paths share the same
+per-choice text machine, so streamed text always equals non-streamed text for the same tokens.
+A choice stops when the engine finishes it or when a stop string completes (then the engine call
+is no longer needed: `all_done` tells the caller to cancel it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from smg.pipeline.detokenize import DecodeFn, IncrementalDetokenizer
+from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta, TokenLogprob
+from smg.pipeline.stop import StopMatcher
+
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """What the request asked for, as the shaper needs it."""
+
+    response_id: str
+    model: str
+    created: int
+    chat: bool
+    n: int = 1
+    stop: tuple[str, ...] = ()
+    include_stop: bool = False
+    skip_special_tokens: bool = True
+    include_usage: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+    system_fingerprint: str | None = None
+    echo_prompt: str | None = None  # completions with echo=true
+
+
+class ChoiceState:
+    __slots__ = (
+        "completion_tokens",
+        "detok",
+        "done",
+        "finish_reason",
+        "index",
+        "logprobs",
+        "matched_stop",
+        "started",
+        "stop",
+        "text",
+    )
+
+    def __init__(self, index: int, decode: DecodeFn, spec: OutputSpec) -> None:
+        self.index = index
+        self.detok = IncrementalDetokenizer(decode, skip_special_tokens=spec.skip_special_tokens)
+        self.stop = StopMatcher(spec.stop, spec.include_stop)
+        self.text: list[str] = []
+        self.done = False
+        self.started = False
+        self.finish_reason: str | None = None
+        self.matched_stop: int | str | None = None
+        self.completion_tokens = 0
+        self.logprobs: list[TokenLogprob] = []
+
+    def feed(self, ids: Sequence[int]) -> str:
+        """New safe-to-emit text for `ids`; marks the choice done when a stop string completes."""
+        emit, stopped, matched = self.stop.feed(self.detok.feed(ids))
+        if stopped:
+            self.done = True
+            self.finish_reason = "stop"
+            self.matched_stop = matched
+        return emit
+
+    def finish(self, ev: Finished) -> str:
+        tail = self.feed(ev.token_ids) if ev.token_ids else ""
+        if self.done:  # a stop string completed within the last tokens
+            return tail
+        emit, stopped, matched = self.stop.feed(self.detok.finish())
+        tail += emit
+        if stopped:
+            self.finish_reason, self.matched_stop = "stop", matched
+        else:
+            tail += self.stop.finish()
+            self.finish_reason = _finish_reason(ev.finish_reason)
+            self.matched_stop = ev.matched_stop
+        self.done = True
+        return tail
+
+
+def _finish_reason(engine_reason: str) -> str:
+    return {"stop": "stop", "length": "length", "abort": "abort"}.get(engine_reason, "stop")
+
+
+class OutputShaper:
+    def __init__(
+        self,
+        spec: OutputSpec,
+        decode: DecodeFn,
+        token_text: Callable[[int], str] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.choices = [ChoiceState(i, decode, spec) for i in range(spec.n)]
+        self.token_text = token_text or (lambda tid: decode([tid], False))
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.error: str | None = None
+        kind = "chat.completion.chunk" if spec.chat else "text_completion"
+        head = {"id": spec.response_id, "object": kind, "created": spec.created}
+        head["model"] = spec.model
+        if spec.system_fingerprint is not None:
+            head["system_fingerprint"] = spec.system_fingerprint
+        self._head = head
+
+    # --- shared ----------------------------------------------------------------------------------
+    @property
+    def all_done(self) -> bool:
+        return all(c.done for c in self.choices)
+
+    def _choice(self, index: int) -> ChoiceState | None:
+        return self.choices[index] if 0 <= index < len(self.choices) else None
+
+    def _account(self, ev: EngineEvent, state: ChoiceState) -> None:
+        self.prompt_tokens = max(self.prompt_tokens, ev.prompt_tokens)
+        self.cached_tokens = max(self.cached_tokens, ev.cached_tokens)
+        state.completion_tokens = max(state.completion_tokens, ev.completion_tokens)
+        if self.spec.logprobs and ev.logprobs:
+            state.logprobs.extend(ev.logprobs)
+
+    def usage(self) -> dict[str, Any]:
+        completion = sum(c.completion_tokens for c in self.choices)
+        usage: dict[str, Any] = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
+        if self.cached_tokens:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return usage
+
+    # --- streaming -------------------------------------------------------------------------------
+    def on_event(self, ev: EngineEvent) -> list[bytes]:
+        state = self._choice(ev.index)
+        if state is None or state.done:
+            return []
+        frames: list[bytes] = []
+        if not state.started:
+            state.started = True
+            if self.spec.chat:
+                frames.append(self._frame(state.index, {"role": "assistant", "content": ""}))
+        if isinstance(ev, Finished) and ev.finish_reason == "error":
+            self.error = ev.error or "the engine failed"
+        lp_start = len(state.logprobs)
+        self._account(ev, state)
+        text = state.feed(ev.token_ids) if isinstance(ev, TokenDelta) else state.finish(ev)
+        new_lp = state.logprobs[lp_start:] if self.spec.logprobs else None
+        if text or new_lp:
+            frames.append(self._frame(state.index, text, logprobs=new_lp))
+        if state.done:
+            frames.append(self._frame(state.index, None, finish=state))
+        return frames
+
+    def closing_frames(self) -> list[bytes]:
+        """After the last event: finish choices the engine never finished, usage, [DONE]."""
+        frames: list[bytes] = []
+        for state in self.choices:
+            if not state.done:
+                state.done = True
+                state.finish_reason = state.finish_reason or "abort"
+                frames.append(self._frame(state.index, None, finish=state))
+        if self.spec.include_usage:
+            payload = {**self._head, "choices": [], "usage": self.usage()}
+            frames.append(b"data: " + orjson.dumps(payload) + b"\n\n")
+        frames.append(DONE_FRAME)
+        return frames
+
+    def _frame(
+        self,
+        index: int,
+        content: str | dict[str, Any] | None,
+        *,
+        finish: ChoiceState | None = None,
+        logprobs: list[TokenLogprob] | None = None,
+    ) -> bytes:
+        choice: dict[str, Any] = {"index": index}
+        if self.spec.chat:
+            if isinstance(content, dict):
+                choice["delta"] = content
+            else:
+                choice["delta"] = {} if content is None else {"content": content}
+            choice["logprobs"] = self._chat_logprobs(logprobs) if logprobs else None
+        else:
+            choice["text"] = "" if content is None or isinstance(content, dict) else content
+            choice["logprobs"] = self._completion_logprobs(logprobs) if logprobs else None
+        choice["finish_reason"] = finish.finish_reason if finish is not None else None
+        if finish is not None and finish.matched_stop is not None:
+            choice["matched_stop"] = finish.matched_stop
+        return b"data: " + orjson.dumps({**self._head, "choices": [choice]}) + b"\n\n"
+
+    # --- whole answers ---------------------------------------------------------------------------
+    def collect(self, ev: EngineEvent) -> None:
+        state = self._choice(ev.index)
+        if state is None:
+            return
+        if state.done:
+            return
+        if isinstance(ev, Finished) and ev.finish_reason == "error":
+            self.error = ev.error or "the engine failed"
+        self._account(ev, state)
+        text = state.feed(ev.token_ids) if isinstance(ev, TokenDelta) else state.finish(ev)
+        state.text.append(text)
+
+    def body(self) -> dict[str, Any]:
+        choices = []
+        for state in self.choices:
+            if not state.done:
+                state.done = True
+                state.text.append(state.stop.finish())
+                state.finish_reason = state.finish_reason or "abort"
+            text = "".join(state.text)
+            choice: dict[str, Any] = {"index": state.index}
+            lp = state.logprobs if self.spec.logprobs else None
+            if self.spec.chat:
+                choice["message"] = {"role": "assistant", "content": text}
+                choice["logprobs"] = self._chat_logprobs(lp) if lp else None
+            else:
+                if self.spec.echo_prompt is not None:
+                    text = self.spec.echo_prompt + text
+                choice["text"] = text
+                choice["logprobs"] = self._completion_logprobs(lp) if lp else None
+            choice["finish_reason"] = state.finish_reason
+            if state.matched_stop is not None:
+                choice["matched_stop"] = state.matched_stop
+            choices.append(choice)
+        kind = "chat.completion" if self.spec.chat else "text_completion"
+        return {**self._head, "object": kind, "choices": choices, "usage": self.usage()}
+
+    # --- logprobs --------------------------------------------------------------------------------
+    def _entry(self, token_id: int, logprob: float) -> dict[str, Any]:
+        text = self.token_text(token_id)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    def _chat_logprobs(self, lps: list[TokenLogprob]) -> dict[str, Any]:
+        content = []
+        for lp in lps:
+            entry = self._entry(lp.token_id, lp.logprob)
+            entry["top_logprobs"] = [
+                self._entry(tid, val) for tid, val in lp.top[: self.spec.top_logprobs]
+            ]
+            content.append(entry)
+        return {"content": content}
+
+    def _completion_logprobs(self, lps: list[TokenLogprob]) -> dict[str, Any]:
+        tokens = [self.token_text(lp.token_id) for lp in lps]
+        return {
+            "tokens": tokens,
+            "token_logprobs": [lp.logprob for lp in lps],
+            "top_logprobs": [
+                {self.token_text(tid): val for tid, val in lp.top[: self.spec.top_logprobs]}
+                for lp in lps
+            ],
+            "text_offset": [],
+        }

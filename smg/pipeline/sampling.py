@@ -1,0 +1,450 @@
+"""OpenAI request body -> `SamplingParams`, validated the way the Rust gateway validates it.
+
+Pure: a dict in, a frozen record or an `ApiError` (400, `param` set) out.
+
+Ranges and codes were probed against smg 1.13.0 (chat / completions where they differ):
+
+    temperature          number, 0 <= t <= 2          decimal_below_min_value / _above_max_value
+    top_p                number, 0 < p <= 1           (0 itself is refused: below min)
+    top_k                integer, -1 (off) or >= 1    invalid_value
+    min_p                number, 0 <= p <= 1
+    presence_penalty,    number, -2 <= x <= 2
+      frequency_penalty
+    repetition_penalty   number, 0 <= x <= 2          (the Rust range; engines treat 0 as 1)
+    max_completion_tokens / max_tokens
+                         integer, chat >= 1, completions >= 0, <= u32    integer_below_min_value
+                         (chat: max_completion_tokens wins when both are set)
+    min_tokens           integer >= 0, and <= the max when both set   min_tokens_exceeds_max
+    n                    integer, chat 1..10, completions 1..128   integer_above_max_value
+    seed                 integer (i64)
+    stop                 string or list of strings, at most 4, none empty
+                                                      array_above_max_length / invalid_value
+    stop_token_ids       list of integers >= 0
+    logprobs             chat: bool, with top_logprobs 0..20 (top_logprobs without logprobs:
+                         top_logprobs_requires_logprobs); completions: integer 0..20
+    logit_bias           object of "<token id>": number   logit_bias_invalid_key (no value range,
+                         as in the Rust gateway; engines clamp to +-100)
+    response_format      chat only (completions ignore it, as the Rust gateway does):
+                         text | json_object | json_schema{name, schema: object}
+    regex, ebnf          strings (SGLang extensions); completions also take `json_schema` (a
+                         string); at most one constraint: multiple_constraints; chat refuses
+                         regex/ebnf with a JSON response_format: regex_/ebnf_conflicts_with_json
+    ignore_eos, skip_special_tokens, include_stop_str_in_output (vLLM) / no_stop_trim (SGLang)
+                         booleans
+
+A wrong JSON type is `invalid_type`; null means "not given" for every field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from smg.errors import ApiError, invalid_type, invalid_value, missing_field
+from smg.pipeline.engine_types import SamplingParams
+
+U32_MAX = 2**32 - 1
+I32_MAX = 2**31 - 1
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+MAX_STOP = 4
+MAX_TOP_LOGPROBS = 20
+MAX_N_CHAT = 10
+MAX_N_COMPLETIONS = 128
+
+
+def sampling_from_openai(body: Mapping[str, Any], *, chat: bool) -> SamplingParams:
+    """Validate the sampling fields of a chat (`chat=True`) or completions request body."""
+    temperature = _number(body, "temperature", 0.0, 2.0)
+    top_p = _number(body, "top_p", 0.0, 1.0, lo_exclusive=True)
+    min_p = _number(body, "min_p", 0.0, 1.0)
+    presence = _number(body, "presence_penalty", -2.0, 2.0)
+    frequency = _number(body, "frequency_penalty", -2.0, 2.0)
+    repetition = _number(body, "repetition_penalty", 0.0, 2.0)
+    top_k = _top_k(body)
+    seed = _seed(body)
+    n = _uint(body, "n", lo=1, hi=MAX_N_CHAT if chat else MAX_N_COMPLETIONS)
+    min_tokens = _uint(body, "min_tokens")
+
+    if chat:
+        max_tokens = _uint(body, "max_tokens", lo=1)
+        newer = _uint(body, "max_completion_tokens", lo=1)
+        if newer is not None:
+            max_tokens = newer
+        logprobs = _chat_logprobs(body)
+    else:
+        max_tokens = _uint(body, "max_tokens")
+        logprobs = _uint(body, "logprobs", hi=MAX_TOP_LOGPROBS)
+
+    if min_tokens is not None and max_tokens is not None and min_tokens > max_tokens:
+        names = "max_tokens/max_completion_tokens" if chat else "max_tokens"
+        raise ApiError(400, "min_tokens_exceeds_max", f"min_tokens cannot exceed {names}")
+
+    json_schema, json_object = _response_format(body) if chat else (None, False)
+    regex = _string(body, "regex")
+    grammar = _string(body, "ebnf")
+    if not chat:
+        json_schema = _string(body, "json_schema")
+    _check_constraints(regex, grammar, json_schema, json_object, chat=chat)
+
+    return SamplingParams(
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        max_tokens=max_tokens,
+        min_tokens=min_tokens or 0,
+        stop=_stop(body),
+        stop_token_ids=_stop_token_ids(body),
+        n=n if n is not None else 1,
+        seed=seed,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        repetition_penalty=repetition,
+        logprobs=logprobs,
+        ignore_eos=_bool(body, "ignore_eos", False),
+        skip_special_tokens=_bool(body, "skip_special_tokens", True),
+        include_stop_str_in_output=(
+            _bool(body, "include_stop_str_in_output", False) or _bool(body, "no_stop_trim", False)
+        ),
+        json_schema=json_schema,
+        json_object=json_object,
+        regex=regex,
+        grammar=grammar,
+        logit_bias=_logit_bias(body),
+    )
+
+
+# --- scalar fields -----------------------------------------------------------------------------
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(
+    body: Mapping[str, Any], name: str, lo: float, hi: float, *, lo_exclusive: bool = False
+) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not _is_number(value):
+        raise invalid_type(
+            f"Invalid type for '{name}': expected a number, but got {_kind(value)} instead.",
+            param=name,
+        )
+    x = float(value)
+    if x < lo or (lo_exclusive and x == lo):
+        op = ">" if lo_exclusive else ">="
+        raise ApiError(
+            400,
+            "decimal_below_min_value",
+            f"Invalid '{name}': decimal below minimum value. "
+            f"Expected a value {op} {lo}, but got {value} instead.",
+            param=name,
+        )
+    if x > hi:
+        raise ApiError(
+            400,
+            "decimal_above_max_value",
+            f"Invalid '{name}': decimal above maximum value. "
+            f"Expected a value <= {hi}, but got {value} instead.",
+            param=name,
+        )
+    return x
+
+
+def _uint(
+    body: Mapping[str, Any], name: str, *, lo: int = 0, hi: int = U32_MAX, param: str | None = None
+) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    return _check_uint(value, param or name, lo=lo, hi=hi)
+
+
+def _check_uint(value: object, param: str, *, lo: int = 0, hi: int = U32_MAX) -> int:
+    if not _is_int(value):
+        raise invalid_type(
+            f"Invalid type for '{param}': expected an integer, but got {_kind(value)} instead.",
+            param=param,
+        )
+    assert isinstance(value, int)
+    if value > U32_MAX:
+        raise invalid_value(
+            f"Invalid '{param}': {value} is out of range for an unsigned 32-bit integer.",
+            param=param,
+        )
+    if value < lo:
+        raise ApiError(
+            400,
+            "integer_below_min_value",
+            f"Invalid '{param}': integer below minimum value. "
+            f"Expected a value >= {lo}, but got {value} instead.",
+            param=param,
+        )
+    if value > hi:
+        raise ApiError(
+            400,
+            "integer_above_max_value",
+            f"Invalid '{param}': integer above maximum value. "
+            f"Expected a value <= {hi}, but got {value} instead.",
+            param=param,
+        )
+    return value
+
+
+def _top_k(body: Mapping[str, Any]) -> int | None:
+    value = body.get("top_k")
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise invalid_type(
+            f"Invalid type for 'top_k': expected an integer, but got {_kind(value)} instead.",
+            param="top_k",
+        )
+    if value == -1:
+        return None  # one spelling of "disabled" below this point
+    if value < 1 or value > I32_MAX:
+        raise invalid_value(
+            f"Invalid 'top_k': must be -1 (disabled) or at least 1, but got {value} instead.",
+            param="top_k",
+        )
+    return int(value)
+
+
+def _seed(body: Mapping[str, Any]) -> int | None:
+    value = body.get("seed")
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise invalid_type(
+            f"Invalid type for 'seed': expected an integer, but got {_kind(value)} instead.",
+            param="seed",
+        )
+    if not I64_MIN <= value <= I64_MAX:
+        raise invalid_value(
+            f"Invalid 'seed': {value} is out of range for a signed 64-bit integer.", param="seed"
+        )
+    return int(value)
+
+
+def _bool(body: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid_type(
+            f"Invalid type for '{name}': expected a boolean, but got {_kind(value)} instead.",
+            param=name,
+        )
+    return value
+
+
+def _string(body: Mapping[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid_type(
+            f"Invalid type for '{name}': expected a string, but got {_kind(value)} instead.",
+            param=name,
+        )
+    return value
+
+
+# --- structured fields -------------------------------------------------------------------------
+
+
+def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
+    value = body.get("stop")
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise invalid_type(
+            "Invalid type for 'stop': expected a string or an array of strings, "
+            f"but got {_kind(value)} instead.",
+            param="stop",
+        )
+    if len(items) > MAX_STOP:
+        raise ApiError(
+            400,
+            "array_above_max_length",
+            f"Invalid 'stop': array too long. Expected an array with maximum length {MAX_STOP}, "
+            f"but got an array with length {len(items)} instead.",
+            param="stop",
+        )
+    if any(s == "" for s in items):
+        raise invalid_value("Invalid 'stop': stop sequences cannot be empty.", param="stop")
+    return tuple(items)
+
+
+def _stop_token_ids(body: Mapping[str, Any]) -> tuple[int, ...]:
+    value = body.get("stop_token_ids")
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise invalid_type(
+            "Invalid type for 'stop_token_ids': expected an array of integers, "
+            f"but got {_kind(value)} instead.",
+            param="stop_token_ids",
+        )
+    return tuple(_check_uint(v, f"stop_token_ids[{i}]") for i, v in enumerate(value))
+
+
+def _chat_logprobs(body: Mapping[str, Any]) -> int | None:
+    enabled = _bool(body, "logprobs", False)
+    top = _uint(body, "top_logprobs", hi=MAX_TOP_LOGPROBS)
+    if top is not None and not enabled:
+        raise ApiError(
+            400,
+            "top_logprobs_requires_logprobs",
+            "top_logprobs is only allowed when logprobs is enabled",
+        )
+    if not enabled:
+        return None
+    return top or 0
+
+
+def _response_format(body: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """(json schema as a JSON string or None, json_object)."""
+    rf = body.get("response_format")
+    if rf is None:
+        return None, False
+    if not isinstance(rf, dict):
+        raise invalid_type(
+            f"Invalid type for 'response_format': expected an object, but got {_kind(rf)} instead.",
+            param="response_format",
+        )
+    kind = rf.get("type")
+    if kind is None:
+        raise missing_field("response_format.type")
+    if not isinstance(kind, str):
+        raise invalid_type(
+            "Invalid type for 'response_format.type': expected a string, "
+            f"but got {_kind(kind)} instead.",
+            param="response_format.type",
+        )
+    if kind == "text":
+        return None, False
+    if kind == "json_object":
+        return None, True
+    if kind != "json_schema":
+        raise invalid_value(
+            f"Invalid 'response_format.type': unknown variant '{kind}', "
+            "expected one of 'text', 'json_object', 'json_schema'.",
+            param="response_format.type",
+        )
+    spec = rf.get("json_schema")
+    if spec is None:
+        raise missing_field("response_format.json_schema")
+    if not isinstance(spec, dict):
+        raise invalid_type(
+            "Invalid type for 'response_format.json_schema': expected an object, "
+            f"but got {_kind(spec)} instead.",
+            param="response_format.json_schema",
+        )
+    name = spec.get("name")
+    if name is None:
+        raise missing_field("response_format.json_schema.name")
+    if not isinstance(name, str):
+        raise invalid_type(
+            "Invalid type for 'response_format.json_schema.name': expected a string, "
+            f"but got {_kind(name)} instead.",
+            param="response_format.json_schema.name",
+        )
+    schema = spec.get("schema")
+    if schema is None:
+        raise missing_field("response_format.json_schema.schema")
+    if not isinstance(schema, dict):
+        raise ApiError(
+            400,
+            "json_schema_schema_not_object",
+            "JSON schema 'schema' must be a JSON object",
+            param="response_format.json_schema.schema",
+        )
+    return orjson.dumps(schema).decode(), False
+
+
+def _check_constraints(
+    regex: str | None,
+    grammar: str | None,
+    json_schema: str | None,
+    json_object: bool,
+    *,
+    chat: bool,
+) -> None:
+    if chat and (json_schema is not None or json_object):
+        if regex is not None:
+            raise ApiError(
+                400,
+                "regex_conflicts_with_json",
+                "cannot use regex constraint with JSON response format",
+            )
+        if grammar is not None:
+            raise ApiError(
+                400,
+                "ebnf_conflicts_with_json",
+                "cannot use EBNF constraint with JSON response format",
+            )
+    if sum(c is not None for c in (regex, grammar, json_schema)) > 1:
+        raise ApiError(
+            400,
+            "multiple_constraints",
+            "only one structured output constraint (regex, ebnf, or json_schema) "
+            "can be active at a time",
+        )
+
+
+def _logit_bias(body: Mapping[str, Any]) -> tuple[tuple[int, float], ...]:
+    value = body.get("logit_bias")
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise invalid_type(
+            f"Invalid type for 'logit_bias': expected an object, but got {_kind(value)} instead.",
+            param="logit_bias",
+        )
+    out: list[tuple[int, float]] = []
+    for key, bias in value.items():
+        # token ids: ASCII digits only, and within int32 (vLLM's map key type)
+        if not (key.isascii() and key.isdigit()) or int(key) > I32_MAX:
+            raise ApiError(
+                400,
+                "logit_bias_invalid_key",
+                f"Invalid key in 'logit_bias': '{key}'; keys must be non-negative integer "
+                "token ids",
+                param="logit_bias",
+            )
+        if not _is_number(bias):
+            raise invalid_type(
+                f"Invalid type for 'logit_bias.{key}': expected a number, "
+                f"but got {_kind(bias)} instead.",
+                param=f"logit_bias.{key}",
+            )
+        out.append((int(key), float(bias)))
+    return tuple(out)

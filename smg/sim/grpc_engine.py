@@ -1,0 +1,460 @@
+"""The simulated gRPC inference engine (`smg sim --grpc --runtime vllm|sglang`).
+
+Serves `vllm.grpc.engine.VllmEngine` or `sglang.grpc.scheduler.SglangScheduler` from PyPI
+`smg-grpc-proto` plus the standard `grpc.health.v1.Health` (SERVING), with the real Qwen3
+tokenizer, so the gateway, tests and benchmarks run end to end without a GPU. The servicers
+only translate: `engine_actor.SimEngine` does the work, `grpc_wire` holds each runtime's wire
+format (and the list of runtime differences), `engine_core` the timing model and prefix cache,
+`script` the output text.
+
+RPCs: Generate, HealthCheck, Abort, GetModelInfo, GetServerInfo, GetLoads, GetTokenizer (a
+deterministic zip of the tokenizer folder in 512 KiB chunks, sha256 hex of the whole zip on
+the last chunk only), SubscribeKvEvents, FlushCache; Embed, profiling and LoRA are UNIMPLEMENTED.
+
+Other processes read the engine's counters from the `x-smg-sim-stats` trailing metadata of
+GetServerInfo (JSON, both runtimes; `fetch_stats` does it), from SGLang's
+`scheduler_info.sim_stats`, or from `GET /sim/stats` on `--stats-port`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.struct_pb2 import Struct
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from smg_grpc_proto.generated import common_pb2
+from smg_grpc_proto.generated import sglang_scheduler_pb2 as sgl
+from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as sgl_grpc
+from smg_grpc_proto.generated import vllm_engine_pb2 as vll
+from smg_grpc_proto.generated import vllm_engine_pb2_grpc as vll_grpc
+
+from smg.sim import script as sc
+from smg.sim.engine_actor import EngineStats, GenParams, GrpcSimConfig, SimEngine
+from smg.sim.engine_core import CapacityError, CoreConfig
+from smg.sim.grpc_wire import Wire, answer, parse_sglang, parse_vllm
+from smg.sim.tokenizer_files import load_vocab, qwen3_tokenizer_dir, tokenizer_zip
+
+__all__ = [
+    "EngineStats",
+    "GrpcSimConfig",
+    "SimEngine",
+    "add_grpc_sim_args",
+    "config_from_args",
+    "fetch_stats",
+    "run_grpc",
+    "serve",
+    "start_server",
+]
+
+SIM_VERSION = "0.1.0-smg-sim"
+STATS_METADATA_KEY = "x-smg-sim-stats"
+TOKENIZER_CHUNK_BYTES = 512 * 1024
+REALISTIC = CoreConfig(
+    prefill_tokens_per_s=2000.0, decode_ms_per_token=20.0, decode_ms_per_running=0.1,
+    kv_capacity_tokens=200_000, max_batch=128,
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------- servicers
+
+
+class _Common:
+    """The RPCs both runtimes answer the same way."""
+
+    health_message = "Health"
+
+    def __init__(self, engine: SimEngine, wire: Wire) -> None:
+        self.engine = engine
+        self.wire = wire
+
+    def _parse(self, request: Any) -> tuple[Sequence[int] | str, GenParams]:
+        raise NotImplementedError
+
+    async def Generate(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        engine = self.engine
+        try:
+            prompt, params = self._parse(request)
+            job = await engine.start(request.request_id, prompt, params)
+        except ValueError as exc:
+            engine.stats.rejected += 1
+            capacity = isinstance(exc, CapacityError)
+            code = (
+                grpc.StatusCode.RESOURCE_EXHAUSTED if capacity else grpc.StatusCode.INVALID_ARGUMENT
+            )
+            await context.abort(code, str(exc))
+            return
+        try:
+            async for msg in answer(engine, self.wire, job, request.stream):
+                yield msg
+        finally:
+            engine.end(job)
+
+    async def HealthCheck(self, request: Any, context: Any) -> Any:
+        return self.wire.pb.HealthCheckResponse(healthy=True, message=self.health_message)
+
+    async def FlushCache(self, request: Any, context: Any) -> common_pb2.FlushCacheResponse:
+        deadline = self.engine.clock.now() + max(0.0, request.timeout_s)
+        while not (ok := self.engine.flush_cache()) and self.engine.clock.now() < deadline:
+            await self.engine.clock.sleep(0.01)
+        message = "KV cache flushed" if ok else "requests in flight; cache not flushed"
+        return common_pb2.FlushCacheResponse(success=ok, message=message)
+
+    async def GetTokenizer(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        engine = self.engine
+        loop = asyncio.get_running_loop()
+        data, sha = await loop.run_in_executor(
+            engine.executor, tokenizer_zip, engine.vocab.directory
+        )
+        if engine.cfg.corrupt_tokenizer_sha:
+            sha = sha[::-1]
+        view = memoryview(data)
+        for start in range(0, len(data), TOKENIZER_CHUNK_BYTES):
+            last = start + TOKENIZER_CHUNK_BYTES >= len(data)
+            yield common_pb2.GetTokenizerChunk(
+                data=bytes(view[start : start + TOKENIZER_CHUNK_BYTES]), sha256=sha if last else ""
+            )
+
+    async def SubscribeKvEvents(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        stream = self.engine.kv_stream(
+            request.start_sequence_number, request.load_records_before_first_batch
+        )
+        async for batch in stream:
+            yield batch
+
+    def _scheduler_load(self) -> Any:
+        ld = self.engine.load()
+        return self.wire.pb.SchedulerLoad(
+            dp_rank=0,
+            num_running_reqs=ld.running,
+            num_waiting_reqs=ld.waiting,
+            num_total_reqs=ld.running + ld.waiting,
+            num_used_tokens=ld.used_tokens,
+            max_total_num_tokens=ld.capacity_tokens,
+            token_usage=ld.token_usage,
+            gen_throughput=ld.gen_throughput,
+            cache_hit_rate=ld.cache_hit_rate,
+            utilization=ld.running / ld.max_batch,
+            max_running_requests=ld.max_batch,
+            num_waiting_uncached_tokens=ld.waiting_uncached_tokens,
+        )
+
+    def _stats_metadata(self, context: Any) -> None:
+        stats = json.dumps(self.engine.stats.snapshot(), separators=(",", ":"))
+        context.set_trailing_metadata(((STATS_METADATA_KEY, stats),))
+
+    def _timestamp(self) -> str:
+        return datetime.fromtimestamp(self.engine.wall(), tz=UTC).isoformat()
+
+    def _model_fields(self) -> dict[str, Any]:
+        engine, vocab = self.engine, self.engine.vocab
+        return {
+            "model_path": engine.cfg.model,
+            "served_model_name": engine.cfg.model,
+            "tokenizer_path": str(vocab.directory),
+            "is_generation": True,
+            "max_context_length": engine.cfg.context_length,
+            "vocab_size": vocab.vocab_size,
+            "supports_vision": False,
+            "model_type": "qwen3",
+            "architectures": ["Qwen3ForCausalLM"],
+            "eos_token_ids": list(vocab.eos_ids),
+            "pad_token_id": vocab.pad_id,
+            "bos_token_id": vocab.bos_id,
+        }
+
+
+class VllmServicer(_Common, vll_grpc.VllmEngineServicer):
+    def __init__(self, engine: SimEngine) -> None:
+        super().__init__(engine, Wire(vll, engine.vocab))
+
+    def _parse(self, request: Any) -> tuple[Sequence[int] | str, GenParams]:
+        return parse_vllm(request, self.engine.cfg.context_length)
+
+    async def Abort(self, request: vll.AbortRequest, context: Any) -> vll.AbortResponse:
+        self.engine.abort(list(request.request_ids))
+        return vll.AbortResponse()
+
+    async def GetModelInfo(self, request: Any, context: Any) -> vll.GetModelInfoResponse:
+        fields = self._model_fields()
+        return vll.GetModelInfoResponse(
+            **fields, max_req_input_len=fields["max_context_length"],
+            default_sampling_params_json="",
+        )  # fmt: skip
+
+    async def GetServerInfo(self, request: Any, context: Any) -> vll.GetServerInfoResponse:
+        engine = self.engine
+        self._stats_metadata(context)
+        return vll.GetServerInfoResponse(
+            active_requests=engine.stats.in_flight,
+            is_paused=False,
+            last_receive_timestamp=engine.last_receive,
+            uptime_seconds=engine.wall() - engine.started_at,
+            server_type="vllm-grpc",
+            data_parallel_size=1,
+            kv_cache_dtype="auto",
+            block_size=engine.cfg.core.block_size,
+            model_dtype="torch.bfloat16",
+            max_num_seqs=engine.cfg.core.max_batch,
+        )
+
+    async def GetLoads(self, request: Any, context: Any) -> vll.GetLoadsResponse:
+        return vll.GetLoadsResponse(
+            timestamp=self._timestamp(), version=SIM_VERSION, dp_rank_count=1,
+            loads=[self._scheduler_load()],
+        )  # fmt: skip
+
+
+class SglangServicer(_Common, sgl_grpc.SglangSchedulerServicer):
+    health_message = "Health check passed"
+
+    def __init__(self, engine: SimEngine) -> None:
+        super().__init__(engine, Wire(sgl, engine.vocab))
+
+    def _parse(self, request: Any) -> tuple[Sequence[int] | str, GenParams]:
+        return parse_sglang(request, self.engine.cfg.context_length)
+
+    async def Abort(self, request: sgl.AbortRequest, context: Any) -> sgl.AbortResponse:
+        found = self.engine.abort([request.request_id])
+        verdict = "aborted" if found else "not found"
+        return sgl.AbortResponse(
+            success=bool(found), message=f"Request {request.request_id} {verdict}"
+        )
+
+    async def GetModelInfo(self, request: Any, context: Any) -> sgl.GetModelInfoResponse:
+        fields = self._model_fields()
+        return sgl.GetModelInfoResponse(
+            **fields, max_req_input_len=fields["max_context_length"] - 1,
+            preferred_sampling_params="", weight_version="default",
+        )  # fmt: skip
+
+    async def GetServerInfo(self, request: Any, context: Any) -> sgl.GetServerInfoResponse:
+        engine, cfg = self.engine, self.engine.cfg
+        self._stats_metadata(context)
+        server_args, scheduler_info = Struct(), Struct()
+        server_args.update({
+            "model_path": cfg.model, "served_model_name": cfg.model,
+            "tokenizer_path": str(engine.vocab.directory), "context_length": cfg.context_length,
+            "max_running_requests": cfg.core.max_batch, "page_size": cfg.core.block_size,
+            "random_seed": cfg.seed, "sim": True,
+        })  # fmt: skip
+        scheduler_info.update({
+            "max_total_num_tokens": cfg.core.kv_capacity_tokens,
+            "max_req_input_len": cfg.context_length - 1,
+            "sim_stats": engine.stats.snapshot(),
+        })  # fmt: skip
+        response = sgl.GetServerInfoResponse(
+            server_args=server_args, scheduler_info=scheduler_info,
+            active_requests=engine.stats.in_flight, is_paused=False,
+            last_receive_timestamp=engine.last_receive,
+            uptime_seconds=engine.wall() - engine.started_at, sglang_version=SIM_VERSION,
+            server_type="grpc", max_total_num_tokens=cfg.core.kv_capacity_tokens,
+        )  # fmt: skip
+        response.start_time.FromSeconds(int(engine.started_at))
+        return response
+
+    async def GetLoads(self, request: sgl.GetLoadsRequest, context: Any) -> sgl.GetLoadsResponse:
+        load = self._scheduler_load()
+        sections = set(request.include)
+        if sections & {"memory", "all"}:
+            load.memory.token_capacity = self.engine.cfg.core.kv_capacity_tokens
+        if sections & {"queues", "all"}:
+            load.queues.waiting = load.num_waiting_reqs
+        return sgl.GetLoadsResponse(
+            timestamp=self._timestamp(), version=SIM_VERSION, dp_rank_count=1, loads=[load],
+            aggregate=sgl.AggregateMetrics(
+                total_running_reqs=load.num_running_reqs, total_waiting_reqs=load.num_waiting_reqs,
+                total_reqs=load.num_total_reqs, avg_token_usage=load.token_usage,
+                avg_throughput=load.gen_throughput, avg_utilization=load.utilization,
+            ),
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------- server, CLI
+
+
+SERVICE_NAMES = {
+    "vllm": "vllm.grpc.engine.VllmEngine",
+    "sglang": "sglang.grpc.scheduler.SglangScheduler",
+}
+
+
+async def start_server(engine: SimEngine, host: str, port: int) -> tuple[Any, HealthServicer, int]:
+    """Bind and start a grpc.aio server for `engine`; (server, health servicer, bound port)."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", 64 << 20),
+            ("grpc.max_receive_message_length", 64 << 20),
+        ]
+    )
+    runtime = engine.cfg.runtime
+    if runtime == "vllm":
+        vll_grpc.add_VllmEngineServicer_to_server(VllmServicer(engine), server)
+    elif runtime == "sglang":
+        sgl_grpc.add_SglangSchedulerServicer_to_server(SglangServicer(engine), server)
+    else:
+        raise ValueError(f"unknown runtime {runtime!r} (vllm or sglang)")
+    health = HealthServicer()
+    for name in ("", SERVICE_NAMES[runtime]):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    return server, health, bound
+
+
+async def fetch_stats(channel: Any, runtime: str) -> dict[str, int]:
+    """The engine's counters as another process sees them (GetServerInfo trailing metadata)."""
+    if runtime == "vllm":
+        call = vll_grpc.VllmEngineStub(channel).GetServerInfo(vll.GetServerInfoRequest())
+    else:
+        call = sgl_grpc.SglangSchedulerStub(channel).GetServerInfo(sgl.GetServerInfoRequest())
+    await call
+    for key, value in await call.trailing_metadata() or ():
+        if key == STATS_METADATA_KEY:
+            return dict(json.loads(value))
+    raise LookupError(f"no {STATS_METADATA_KEY} metadata: not an smg sim engine?")
+
+
+async def _stats_http(engine: SimEngine, host: str, port: int) -> Any:
+    from aiohttp import web
+
+    async def stats(_request: web.Request) -> web.Response:
+        return web.json_response(engine.stats.snapshot())
+
+    app = web.Application()
+    app.router.add_get("/sim/stats", stats)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+async def serve(cfg: GrpcSimConfig, stop: asyncio.Event) -> None:
+    """Run the engine until `stop` is set; prints one ready line."""
+    directory = cfg.tokenizer_dir or qwen3_tokenizer_dir()
+    vocab = await asyncio.to_thread(load_vocab, directory)
+    engine = SimEngine(cfg, vocab)
+    server, health, port = await start_server(engine, cfg.host, cfg.port)
+    runner = await _stats_http(engine, cfg.host, cfg.stats_port) if cfg.stats_port else None
+    print(
+        f"smg sim (grpc, {cfg.runtime}) listening on {cfg.host}:{port} model={cfg.model}",
+        flush=True,
+    )
+    try:
+        await stop.wait()
+    finally:
+        await health.enter_graceful_shutdown()
+        await server.stop(grace=1.0)
+        if runner is not None:
+            await runner.cleanup()
+        engine.close()
+
+
+_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("host", str, "Address to bind (default 127.0.0.1)"),
+    ("port", int, "Port to bind; 0 picks a free one (default 50051)"),
+    ("runtime", str, "Which engine's gRPC service to serve: vllm or sglang (default vllm)"),
+    ("model", str, "Model name the engine reports (default sim-model)"),
+    ("seed", int, "Engine seed of the default output (default 0)"),
+    ("script", str, 'JSON file: [{"when": "prompt substring", "reply": "exact text"}, ...]'),
+    ("prefill-tokens-per-s", float, "Prefill speed; 0 = instant (default 0; realistic 2000)"),
+    ("decode-ms-per-token", float, "Base inter-token latency (default 0; realistic 20)"),
+    ("decode-ms-per-running", float, "Added latency per running request (default 0; 0.1)"),
+    ("kv-capacity-tokens", int, "KV cache size in tokens (default 4000000; realistic 200000)"),
+    ("block-size", int, "Prefix-cache block size in tokens (default 16)"),
+    ("max-batch", int, "Most requests running at once (default 1024; realistic 128)"),
+    ("context-length", int, "Model context length in tokens (default 32768)"),
+    ("chunk-tokens", int, "Most tokens per streamed chunk (default 8)"),
+    ("tokenizer-dir", str, "Tokenizer folder (default: the bundled Qwen3 files)"),
+    ("stats-port", int, "Serve GET /sim/stats on this HTTP port (default 0: off)"),
+)
+_CORE_FLAGS = {
+    "prefill_tokens_per_s": "prefill_tokens_per_s",
+    "decode_ms_per_token": "decode_ms_per_token",
+    "decode_ms_per_running": "decode_ms_per_running",
+    "kv_capacity_tokens": "kv_capacity_tokens",
+    "block_size": "block_size",
+    "max_batch": "max_batch",
+}
+
+
+def add_grpc_sim_args(parser: argparse.ArgumentParser) -> None:
+    """Add the gRPC engine's flags (dest `grpc_<name>`). A flag the parser already has (the
+    HTTP sim's --host/--port/--model/--seed) is left alone and read from there."""
+    existing = parser._option_string_actions
+    for name, kind, help_text in _FLAGS:
+        flag = "--" + name
+        if flag in existing:
+            continue
+        choices = ("vllm", "sglang") if name == "runtime" else None
+        dest = "grpc_" + name.replace("-", "_")
+        parser.add_argument(
+            flag, dest=dest, type=kind, default=None, choices=choices, help=help_text
+        )
+    for flag, help_text in (
+        ("--realistic", "Preset: 2000 prefill tokens/s, 20 ms/token + 0.1 ms per running request, "
+         "200k KV tokens, 128 running; explicit flags override it"),
+        ("--corrupt-tokenizer-sha", "Test knob: GetTokenizer sends a wrong sha256"),
+    ):  # fmt: skip
+        if flag not in existing:
+            parser.add_argument(flag, dest="grpc_" + flag[2:].replace("-", "_"),
+                                action="store_true", help=help_text)  # fmt: skip
+
+
+def _arg(ns: argparse.Namespace, name: str) -> Any:
+    value = getattr(ns, "grpc_" + name, None)
+    return value if value is not None else getattr(ns, "sim." + name, None)
+
+
+def config_from_args(ns: argparse.Namespace) -> GrpcSimConfig:
+    base = GrpcSimConfig()
+    core = REALISTIC if _arg(ns, "realistic") else base.core
+    core = dataclasses.replace(
+        core, **{f: v for a, f in _CORE_FLAGS.items() if (v := _arg(ns, a)) is not None}
+    )
+    script_path = _arg(ns, "script")
+    script = sc.parse_script(Path(script_path).read_text()) if script_path else base.script
+    tokenizer_dir = _arg(ns, "tokenizer_dir")
+    values = {
+        name: v
+        for name in ("host", "port", "runtime", "model", "seed", "context_length", "chunk_tokens")
+        if (v := _arg(ns, name)) is not None
+    }
+    return dataclasses.replace(
+        base,
+        **values,
+        core=core,
+        script=script,
+        corrupt_tokenizer_sha=bool(_arg(ns, "corrupt_tokenizer_sha")),
+        tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None,
+        stats_port=_arg(ns, "stats_port") or 0,
+    )
+
+
+def run_grpc(args: argparse.Namespace) -> None:
+    """`smg sim --grpc ...`: serve until SIGINT/SIGTERM."""
+    from smg.cli import run_until_signal
+
+    cfg = config_from_args(args)
+    run_until_signal(lambda stop: serve(cfg, stop))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="smg-sim-grpc", description=__doc__.split("\n")[0])
+    add_grpc_sim_args(parser)
+    run_grpc(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()

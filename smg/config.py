@@ -140,6 +140,7 @@ class TokenizerConfig:
     )
     tokenizer_cache_enable_l0: bool = knob(False, "Exact-match token cache (repeated prompts).")
     tokenizer_cache_l0_max_entries: int = knob(10_000, "Most entries in the L0 cache.")
+    tokenizer_cache_l0_max_memory: int = knob(268_435_456, "Bytes the L0 cache may hold.")
     tokenizer_cache_enable_l1: bool = knob(
         False, "Prefix token cache at special-token boundaries (multi-turn chats)."
     )

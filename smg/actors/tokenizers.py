@@ -35,6 +35,7 @@ def cache_config(cfg: TokenizerConfig) -> TokenCacheConfig:
     return TokenCacheConfig(
         tokenizer_cache_enable_l0=cfg.tokenizer_cache_enable_l0,
         tokenizer_cache_l0_max_entries=cfg.tokenizer_cache_l0_max_entries,
+        tokenizer_cache_l0_max_memory=cfg.tokenizer_cache_l0_max_memory,
         tokenizer_cache_enable_l1=cfg.tokenizer_cache_enable_l1,
         tokenizer_cache_l1_max_memory=cfg.tokenizer_cache_l1_max_memory,
     )
@@ -52,6 +53,11 @@ class TokenizerRegistryActor(Actor):
         self.cfg = cfg
         self.executor = executor
         self._by_path: dict[Path, Tokenizer] = {}
+
+    async def on_stop(self) -> None:
+        for base in self._by_path.values():
+            base.close()  # the loaded tokenizers own their thread pools
+        self._by_path.clear()
 
     async def handle(self, message: Any) -> Any:
         match message:

@@ -51,6 +51,8 @@ _PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness", "/v1/models"})
 _ID_PREFIX = {"/v1/chat/completions": "chatcmpl-", "/v1/completions": "cmpl-"}
 _TEXT_POLICIES = frozenset({"cache_aware", "consistent_hashing"})
 _TOKENIZER_LOAD_TIMEOUT_S = 300.0
+# aiohttp's default listen backlog (128) overflows at a few hundred concurrent connects.
+_BACKLOG = 4096
 
 
 def error_response(err: errors.ApiError, request_id: str) -> web.Response:
@@ -87,15 +89,18 @@ class Gateway:
             adm.queue_timeout_secs,
             self.clock,
         )
-        self.metrics = Metrics(
-            lambda: self.registry_cell.value, lambda: self.admission, cfg.routing.policy
-        )
         self.policy = make_policy(cfg.routing.policy, cfg.routing, self.rng, self.clock.now)
         self._registry: ActorRef | None = None
         self._cache_index: ActorRef | None = None
         self._tokenizer_registry: ActorRef | None = None
         self.tokenizers: SnapshotCell[dict[str, Tokenizer]] = SnapshotCell({})
         self.engines = EnginePool(rpc_timeout_s=cfg.health.health_check_timeout_secs)
+        self.metrics = Metrics(
+            lambda: self.registry_cell.value,
+            lambda: self.admission,
+            cfg.routing.policy,
+            lambda: self.tokenizers.value,
+        )
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None
         self.started = asyncio.Event()
@@ -173,6 +178,10 @@ class Gateway:
             error_code = mapped.code
         except asyncio.CancelledError:
             status = 499
+            raise
+        except ConnectionResetError:  # the client left while we wrote to it: nobody to answer
+            status = 499
+            error_code = "client_closed_request"
             raise
         except Exception as exc:
             log.exception("unhandled_error", path=path, request_id=rid)
@@ -265,7 +274,9 @@ class Gateway:
         app = self.build_app(runner, backend)
         web_runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await web_runner.setup()
-        site = web.TCPSite(web_runner, cfg.server.host, cfg.server.port, reuse_address=True)
+        site = web.TCPSite(
+            web_runner, cfg.server.host, cfg.server.port, reuse_address=True, backlog=_BACKLOG
+        )
         await site.start()
         self.bound_port = _bound_port(site)
         metrics_runner = await self._start_metrics()

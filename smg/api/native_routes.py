@@ -180,7 +180,7 @@ class NativeRoutes:
         if stream:
             resp = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": spec.response_id})
             await resp.prepare(request)
-        success = False
+        success: bool | None = None  # stays None if the client leaves first
         counts = {"prompt_tokens": 0, "cached_tokens": 0}
         try:
             async for ev in attempt.response.events():

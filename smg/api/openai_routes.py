@@ -18,6 +18,7 @@ from smg.api.admission import Admission
 from smg.api.pipeline_routes import ROUTING_KEY_HEADER, PipelineRoutes
 from smg.api.relay import HttpRelay
 from smg.pipeline.backends.http import forward_headers
+from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.policies.base import RouteRequest
 from smg.pipeline.runner import Runner, route_text
 
@@ -60,26 +61,28 @@ class OpenAIRoutes:
         self,
         request: web.Request,
         path: str,
-        check: Callable[[dict[str, Any]], None],
+        check: Callable[[dict[str, Any]], SamplingParams | None],
         *,
         chat: bool | None,
     ) -> web.StreamResponse:
         raw = await rq.read_body(request, self.max_payload)
         body = rq.parse_object(raw)
         model = rq.require_model(body)
-        check(body)
+        sampling = check(body)
         self.runner.candidates(model)  # unknown model: 404 before taking a permit
         stream = body.get("stream") is True
         request_id: str = request["request_id"]
         pipeline = self.pipeline
-        if chat is not None and pipeline is not None and pipeline.serves(model):
+        if sampling is not None and pipeline is not None and pipeline.serves(model):
             await self.admission.acquire()
             try:
                 with self.inflight.track(request_id):
                     if chat:
-                        prepared = await pipeline.prepare_chat(body, model, request_id)
+                        prepared = await pipeline.prepare_chat(body, model, request_id, sampling)
                     else:
-                        prepared = await pipeline.prepare_completion(body, model, request_id)
+                        prepared = await pipeline.prepare_completion(
+                            body, model, request_id, sampling
+                        )
                     return await pipeline.run(
                         request, prepared, raw=raw, path=path, stream=stream, request_id=request_id
                     )

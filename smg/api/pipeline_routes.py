@@ -27,7 +27,6 @@ from smg.pipeline.engine_types import EngineRequest, SamplingParams
 from smg.pipeline.output import OutputShaper, OutputSpec
 from smg.pipeline.policies.base import RouteRequest
 from smg.pipeline.runner import Attempt, Runner
-from smg.pipeline.sampling import sampling_from_openai
 from smg.pipeline.tokenizer import Tokenizer
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
@@ -80,9 +79,10 @@ class PipelineRoutes:
         return tok
 
     # --- preparing -------------------------------------------------------------------------------
-    async def prepare_chat(self, body: dict[str, Any], model: str, request_id: str) -> Prepared:
+    async def prepare_chat(
+        self, body: dict[str, Any], model: str, request_id: str, sampling: SamplingParams
+    ) -> Prepared:
         tok = self.tokenizer(model)
-        sampling = sampling_from_openai(body, chat=True)
         if tok.chat_template is None:
             raise errors.invalid_request(f"Model '{model}' has no chat template", param="messages")
         kwargs = body.get("chat_template_kwargs") or {}
@@ -95,7 +95,10 @@ class PipelineRoutes:
             tools = None
         try:
             prompt = tok.chat_template.render(
-                body["messages"], tools=tools, add_generation_prompt=True, **kwargs
+                body["messages"],
+                tools=tools,
+                add_generation_prompt=True,
+                chat_template_kwargs=kwargs,
             )
         except TemplateError as exc:
             raise errors.invalid_request(f"Chat template: {exc}", param="messages") from None
@@ -104,10 +107,9 @@ class PipelineRoutes:
         return Prepared(model, tok, ids, prompt, sampling, spec)
 
     async def prepare_completion(
-        self, body: dict[str, Any], model: str, request_id: str
+        self, body: dict[str, Any], model: str, request_id: str, sampling: SamplingParams
     ) -> Prepared:
         tok = self.tokenizer(model)
-        sampling = sampling_from_openai(body, chat=False)
         prompt = body["prompt"]
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
             prompt = prompt[0]
@@ -205,15 +207,15 @@ class PipelineRoutes:
         self, attempt: Attempt[EngineStream], shaper: OutputShaper, request_id: str
     ) -> web.Response:
         engine = attempt.response
-        success = False
+        success: bool | None = None  # stays None if the client leaves first
         try:
             async for ev in engine.events():
                 shaper.collect(ev)
                 if shaper.all_done:
                     break
+            success = shaper.error is None
             if shaper.error is not None and not any(c.text for c in shaper.choices):
                 raise errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
-            success = True
             return web.Response(
                 body=orjson.dumps(shaper.body()),
                 content_type="application/json",
@@ -239,7 +241,7 @@ class PipelineRoutes:
                 "X-SMG-Routed-Worker-Id": attempt.worker.url,
             },
         )
-        success = False
+        success: bool | None = None  # stays None if the client leaves first
         try:
             await resp.prepare(request)
             write = resp.write
@@ -250,12 +252,12 @@ class PipelineRoutes:
                     await write(frames[0] if len(frames) == 1 else b"".join(frames))
                 if shaper.all_done:
                     break
+            success = shaper.error is None
             if shaper.error is not None:
                 err = errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
                 await write(b"data: " + err.to_json() + b"\n\n")
             await write(b"".join(shaper.closing_frames()))
             await resp.write_eof()
-            success = shaper.error is None
             return resp
         finally:
             await engine.aclose()

@@ -96,7 +96,7 @@ class HttpRelay:
             await resp.write_eof()
             return resp
         finally:
-            if success:
+            if success is True:
                 upstream.release()
             else:
                 upstream.close()  # drop the connection: the worker sees the disconnect

@@ -13,6 +13,8 @@ import orjson
 from aiohttp import web
 
 from smg import errors
+from smg.pipeline.engine_types import SamplingParams
+from smg.pipeline.sampling import sampling_from_openai
 
 _BOOT = os.urandom(4).hex()
 _SEQ = itertools.count(1)
@@ -68,7 +70,7 @@ def require_model(body: dict[str, Any]) -> str:
     return model
 
 
-def check_chat(body: dict[str, Any]) -> None:
+def check_chat(body: dict[str, Any]) -> SamplingParams:
     messages = body.get("messages")
     if messages is None:
         raise errors.missing_field("messages")
@@ -91,57 +93,30 @@ def check_chat(body: dict[str, Any]) -> None:
                 + ", ".join(sorted(_ROLES)),
                 param=f"messages[{i}].role",
             )
-    _check_common(body)
+    return _check_common(body, chat=True)
 
 
-def check_completion(body: dict[str, Any]) -> None:
+def check_completion(body: dict[str, Any]) -> SamplingParams:
     if "prompt" not in body:
         raise errors.missing_field("prompt")
     prompt = body["prompt"]
     if not isinstance(prompt, str | list):
         raise errors.invalid_type("'prompt' must be a string or an array", param="prompt")
-    _check_common(body)
+    return _check_common(body, chat=False)
 
 
 def check_embeddings(body: dict[str, Any]) -> None:
     if "input" not in body:
         raise errors.missing_field("input")
+    return None
 
 
-def _check_common(body: dict[str, Any]) -> None:
+def _check_common(body: dict[str, Any], *, chat: bool) -> SamplingParams:
+    """The checks both endpoints share; the sampling fields are validated (and mapped) once."""
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise errors.invalid_type("'stream' must be a boolean", param="stream")
-    for name in ("max_tokens", "max_completion_tokens", "n"):
-        v = body.get(name)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise errors.invalid_type(f"'{name}' must be an integer", param=name)
-        if v < 1:
-            raise errors.invalid_request(
-                f"'{name}' must be at least 1", param=name, code="integer_below_min_value"
-            )
-    for name, low, high in _RANGES:
-        v = body.get(name)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise errors.invalid_type(f"'{name}' must be a number", param=name)
-        if v < low:
-            raise errors.invalid_request(
-                f"'{name}' must be at least {low}", param=name, code="decimal_below_min_value"
-            )
-        if v > high:
-            raise errors.invalid_request(
-                f"'{name}' must be at most {high}", param=name, code="decimal_above_max_value"
-            )
+    return sampling_from_openai(body, chat=chat)
 
 
 _ROLES = frozenset({"system", "user", "assistant", "tool", "function", "developer"})
-_RANGES = (
-    ("temperature", 0.0, 2.0),
-    ("top_p", 0.0, 1.0),
-    ("presence_penalty", -2.0, 2.0),
-    ("frequency_penalty", -2.0, 2.0),
-)

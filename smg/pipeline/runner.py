@@ -152,14 +152,17 @@ class Runner:
         assert last_error is not None
         raise last_error
 
-    def finish(self, attempt: Attempt[Any], success: bool) -> None:
+    def finish(self, attempt: Attempt[Any], success: bool | None) -> None:
+        """Release the worker's in-flight count; report the outcome unless it is unknown (None:
+        the client went away first, which says nothing about the worker)."""
         if attempt.finished:
             return
         attempt.finished = True
         counter = attempt.worker.counter
         counter.active -= 1
         counter.processed += 1
-        report(attempt.worker, success)
+        if success is not None:
+            report(attempt.worker, success)
 
     async def _backoff(self, worker: WorkerSnapshot, attempt: int) -> None:
         self.metrics.retried(worker)

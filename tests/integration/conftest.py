@@ -60,6 +60,23 @@ class ProcessDied(AssertionError):
         self.proc = proc
 
 
+def kill_mid_stream(
+    it: Iterator[Any], a: Any, b: Any
+) -> tuple[Any, Any, int, float, openai.APIError]:
+    """With a stream open on one of two backends (`in_flight` tells which), SIGKILL that one and
+    drain the stream: (victim, survivor, chunks still received, seconds until the error, the
+    error)."""
+    victim, other = (a, b) if a.stats()["in_flight"] == 1 else (b, a)
+    assert victim.stats()["in_flight"] == 1 and other.stats()["in_flight"] == 0
+    victim.kill()
+    killed_at = time.monotonic()
+    received = 0
+    with pytest.raises(openai.APIError) as info:
+        for _ in it:
+            received += 1
+    return victim, other, received, time.monotonic() - killed_at, info.value
+
+
 def wait_until(
     predicate: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = POLL_S
 ) -> T:
@@ -234,6 +251,29 @@ class Sim:
         self.proc.kill()
 
 
+@dataclass
+class Engine:
+    """A simulated gRPC engine (`smg sim --grpc`); its counters are served on `stats_port`."""
+
+    proc: Proc
+    port: int
+    stats_port: int
+    model: str
+    runtime: str
+
+    @property
+    def url(self) -> str:
+        return f"grpc://127.0.0.1:{self.port}"
+
+    def stats(self) -> dict[str, int]:
+        r = http("GET", f"http://127.0.0.1:{self.stats_port}/sim/stats", timeout_s=2.0)
+        assert r.status == 200, r
+        return r.json()
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+
 _METRIC_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -319,7 +359,8 @@ class Gateway:
 
 
 def _address_in_use(proc: Proc) -> bool:
-    return "address already in use" in proc.log_tail(400).lower()
+    tail = proc.log_tail(400).lower()
+    return "address already in use" in tail or "failed to bind" in tail
 
 
 class Launcher:
@@ -367,9 +408,46 @@ class Launcher:
             raise
         return sim
 
+    def engines(self, *models: str, runtime: str = "vllm", **options: Any) -> list[Engine]:
+        """Start one gRPC engine per model name, in parallel; return once each is serving.
+        Options are `smg sim --grpc` flags with underscores (`decode_ms_per_token=50`)."""
+        started = [self.start_engine(model, runtime, **options) for model in models]
+        return [self.wait_engine(engine, **options) for engine in started]
+
+    def engine(self, model: str = "sim-model", runtime: str = "vllm", **options: Any) -> Engine:
+        return self.engines(model, runtime=runtime, **options)[0]
+
+    def start_engine(self, model: str, runtime: str = "vllm", **options: Any) -> Engine:
+        """Spawn a gRPC engine without waiting for it (pair with `wait_engine`)."""
+        port, stats_port = free_port(), free_port()
+        argv = [
+            "sim", "--grpc", "--runtime", runtime, "--host", "127.0.0.1", "--port", str(port),
+            "--model", model, "--stats-port", str(stats_port),
+        ]  # fmt: skip
+        proc = self._start(f"engine-{runtime}-{model}-{port}", argv + _flags(options))
+        return Engine(proc, port, stats_port, model, runtime)
+
+    def wait_engine(self, engine: Engine, retries: int = 2, **options: Any) -> Engine:
+        """Until the engine serves (its stats port answers: it starts after the gRPC server)."""
+
+        def up() -> bool:
+            if not engine.proc.alive:
+                raise ProcessDied(engine.proc)
+            engine.stats()
+            return True
+
+        try:
+            wait_until(up, START_DEADLINE_S, f"{engine.proc.name} to serve")
+        except ProcessDied:
+            if retries and _address_in_use(engine.proc):
+                again = self.start_engine(engine.model, engine.runtime, **options)
+                return self.wait_engine(again, retries - 1, **options)
+            raise
+        return engine
+
     def gateway(
         self,
-        workers: Iterable[Sim | str] = (),
+        workers: Iterable[Sim | Engine | str] = (),
         *,
         ready: int | None = None,
         api_key: str | None = None,
@@ -378,7 +456,7 @@ class Launcher:
     ) -> Gateway:
         """Start a gateway in front of `workers`; wait until `ready` of them (default: all) are
         ready. Options are `smg launch` flags with underscores (`queue_size=0`)."""
-        urls = [w.url if isinstance(w, Sim) else w for w in workers]
+        urls = [w if isinstance(w, str) else w.url for w in workers]
         port, mport = free_port(), free_port()
         flags: dict[str, Any] = {
             "host": "127.0.0.1",
@@ -391,6 +469,8 @@ class Launcher:
             "health_check_timeout_secs": 2,
             "log_level": "info",
             "api_key": api_key,
+            # gRPC workers' tokenizers (GetTokenizer) are cached here, never in ~/.cache
+            "tokenizer_cache_dir": self.tmp / "tokenizer-cache",
             **options,
         }
         if urls:

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Summarise a py-spy profile in collapsed-stack form (`py-spy record --format raw`).
+
+Each input line is `frame;frame;...;leaf COUNT`, a frame being `function (file:line)`. Frames are
+merged across line numbers, so a function counts once however many of its lines were sampled.
+Prints, as markdown: the share of samples per group (where the leaf frame's file lives: aiohttp
+server, aiohttp client, our middleware, routing, ...), then the top frames by own time (the leaf
+of a sample: time spent in that function or in C code it called, since py-spy without --native
+sees no C frames) and by cumulative time (on the stack at all).
+
+    python bench/stacks.py bench/results/profile-chat-c64-<time>.txt [--top 15]
+
+Pure: parsing and grouping take text and return data, so they can be tested without py-spy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+LOOP = "event loop (asyncio, uvloop)"
+INTERP = "interpreter (C frames)"
+SHARED = "aiohttp shared (http_writer, parsers, streams, payloads), yarl, multidict"
+_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]*)(?::(?P<line>\d+))?\)$")
+
+# (group, path fragments); the first group whose fragment occurs in a frame's file wins.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("our middleware", ("smg/api/gateway.py",)),
+    ("our handler (validate, relay)", ("smg/api/proxy_routes.py", "smg/api/requests.py",
+                                       "smg/api/admission.py", "smg/actors/request.py")),
+    ("routing (runner, policy, snapshots)", ("smg/pipeline/", "smg/actors/", "smg/core/")),
+    ("metrics", ("prometheus_client/", "smg/metrics.py")),
+    ("logging", ("structlog/", "logging/", "smg/logs.py")),
+    ("JSON", ("orjson", "json/")),
+    ("aiohttp client", ("aiohttp/client", "aiohttp/connector.py", "aiohttp/tracing.py",
+                        "aiohttp/cookiejar.py")),
+    ("aiohttp server", ("aiohttp/web",)),
+    (SHARED, ("aiohttp/", "multidict/", "yarl/", "contextlib.py")),
+    (LOOP, ("asyncio/", "uvloop/", "contextvars", "selectors.py")),
+    # C frames, seen only with py-spy --native:
+    ("GC (cyclic collector)", ("gc_collect", "gcmodule.c")),
+    ("libc (send/recv syscalls, malloc)", ("libc.so", "libc-")),
+    (LOOP, ("loop.c", "uv__", "libuv", "_asynciomodule.c", "handles/", ".pyx")),
+    (INTERP, (".c)", ".h)", "libpython", ".so")),
+)  # fmt: skip
+OTHER = "other"
+# Groups whose cost belongs to whoever called them: a leaf frame in one of these is attributed to
+# the nearest caller in a specific group (asyncio.current_task called by our handler is ours).
+GENERIC = frozenset({LOOP, SHARED, INTERP, OTHER})
+TRUNK_SHARE = 0.99  # frames on at least this share of stacks (main, asyncio.run) are the trunk
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    func: str
+    file: str
+
+    def label(self) -> str:
+        return f"{self.func} ({short_path(self.file)})"
+
+
+def short_path(path: str) -> str:
+    """`.../site-packages/aiohttp/web_protocol.py` -> `aiohttp/web_protocol.py`."""
+    for marker in ("site-packages/", "lib/python3"):
+        i = path.rfind(marker)
+        if i >= 0:
+            rest = path[i + len(marker) :]
+            return rest.split("/", 1)[1] if marker == "lib/python3" and "/" in rest else rest
+    i = path.rfind("/smg/")
+    return path[i + 1 :] if i >= 0 else path
+
+
+def parse_frame(text: str) -> Frame:
+    m = _FRAME.match(text.strip())
+    if m is None:
+        return Frame(text.strip(), "")
+    return Frame(m["func"], m["file"])
+
+
+def parse(lines: Iterable[str]) -> list[tuple[tuple[Frame, ...], int]]:
+    """Collapsed-stack lines -> (frames root first, sample count); malformed lines are skipped."""
+    out = []
+    for line in lines:
+        line = line.rstrip("\n")
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        out.append((tuple(parse_frame(f) for f in stack.split(";")), int(count)))
+    return out
+
+
+def group_of(frame: Frame) -> str:
+    if frame.func.startswith(("0x", "__libc_start", "_start")):
+        return OTHER  # unsymbolised addresses, and the native root of every stack
+    text = f"{frame.func} ({short_path(frame.file)})"
+    for name, fragments in GROUPS:
+        if any(f in text for f in fragments):
+            return name
+    return OTHER
+
+
+def attribute(frames: tuple[Frame, ...]) -> str:
+    """The group a sample's own time goes to: the leaf's, or for a generic leaf (asyncio, shared
+    aiohttp helpers) the nearest caller's specific group; the event loop's when there is none."""
+    for f in reversed(frames):
+        g = group_of(f)
+        if g not in GENERIC:
+            return g
+    return group_of(frames[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    total: int
+    own: Counter[Frame]
+    cumulative: Counter[Frame]
+    groups: Counter[str]  # by the leaf frame's own file
+    groups_attributed: Counter[str]  # generic leaves charged to their nearest specific caller
+    groups_cumulative: Counter[str]  # samples with the group anywhere on the stack
+
+
+def summarise(samples: Iterable[tuple[tuple[Frame, ...], int]]) -> Summary:
+    own: Counter[Frame] = Counter()
+    cum: Counter[Frame] = Counter()
+    groups: Counter[str] = Counter()
+    groups_attr: Counter[str] = Counter()
+    groups_cum: Counter[str] = Counter()
+    total = 0
+    for frames, n in samples:
+        if not frames:
+            continue
+        total += n
+        own[frames[-1]] += n
+        groups[group_of(frames[-1])] += n
+        groups_attr[attribute(frames)] += n
+        for f in set(frames):  # recursion counts once
+            cum[f] += n
+        for g in {group_of(f) for f in frames}:
+            groups_cum[g] += n
+    return Summary(total, own, cum, groups, groups_attr, groups_cum)
+
+
+def render(s: Summary, top: int = 15) -> str:
+    if s.total == 0:
+        return "no samples\n"
+    pct = lambda n: f"{100 * n / s.total:.1f}"  # noqa: E731
+    out = [
+        f"{s.total} samples (idle excluded). Own time: the leaf frame's, which includes C code it "
+        "called unless the profile was taken with --native; attributed: a generic leaf (asyncio, "
+        "shared aiohttp helpers, interpreter C frames) charged to its nearest specific caller.",
+        "",
+        "| group | own % (leaf file) | own % attributed | on stack % |",
+        "|---|---:|---:|---:|",
+    ]
+    names = sorted(set(s.groups) | set(s.groups_attributed), key=lambda g: -s.groups_attributed[g])
+    for name in names:
+        out.append(
+            f"| {name} | {pct(s.groups[name])} | {pct(s.groups_attributed[name])} | "
+            f"{pct(s.groups_cumulative[name])} |"
+        )
+    out += ["", f"Top {top} by own time", "", "| own % | frame | group |", "|---:|---|---|"]
+    for f, n in s.own.most_common(top):
+        out.append(f"| {pct(n)} | `{f.label()}` | {group_of(f)} |")
+    trunk = [f for f, n in s.cumulative.items() if n >= TRUNK_SHARE * s.total]
+    branches = Counter({f: n for f, n in s.cumulative.items() if f not in trunk})
+    out += ["", f"Top {top} by cumulative time (without the trunk: {len(trunk)} frames on "
+            f">= {100 * TRUNK_SHARE:.0f}% of stacks, e.g. main, asyncio.run)", "",
+            "| cum % | frame | group |", "|---:|---|---|"]  # fmt: skip
+    for f, n in branches.most_common(top):
+        out.append(f"| {pct(n)} | `{f.label()}` | {group_of(f)} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("file", help="py-spy --format raw output (collapsed stacks)")
+    ap.add_argument("--top", type=int, default=15)
+    a = ap.parse_args()
+    with open(a.file, encoding="utf-8", errors="replace") as f:
+        print(render(summarise(parse(f)), a.top), end="")
+
+
+if __name__ == "__main__":
+    main()

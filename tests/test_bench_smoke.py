@@ -1,0 +1,96 @@
+"""The benchmarks in bench/: the pure summaries (profile stacks, the overhead table), then one
+short real run of bench/overhead.py (sim worker + gateway + aiohttp client on loopback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import overhead  # noqa: E402
+import stacks  # noqa: E402
+
+SITE = "/x/lib/python3.11/site-packages"
+RAW = f"""\
+<module> (smg/__main__.py:5);run (asyncio/runners.py:118);data_received ({SITE}/aiohttp/web_protocol.py:400) 60
+<module> (smg/__main__.py:5);run (asyncio/runners.py:118);_middleware (/r/smg/api/gateway.py:120);request_done (/r/smg/metrics.py:110) 25
+<module> (smg/__main__.py:5);run (asyncio/runners.py:118);_middleware (/r/smg/api/gateway.py:121) 10
+<module> (smg/__main__.py:5);f (a.py:1);f (a.py:2);f (a.py:3) 5
+garbage line without a count
+"""  # noqa: E501
+
+
+def test_stacks_parse_and_group() -> None:
+    s = stacks.summarise(stacks.parse(RAW.splitlines()))
+    assert s.total == 100
+    mw = stacks.Frame("_middleware", "/r/smg/api/gateway.py")
+    assert s.own[mw] == 10  # lines of one function merge
+    assert s.cumulative[mw] == 35
+    assert s.cumulative[stacks.Frame("f", "a.py")] == 5  # recursion counts once
+    assert s.groups["aiohttp server"] == 60
+    assert s.groups["metrics"] == 25
+    assert s.groups["our middleware"] == 10
+    assert s.groups_cumulative["our middleware"] == 35
+    assert stacks.short_path(f"{SITE}/aiohttp/web_protocol.py") == "aiohttp/web_protocol.py"
+    text = stacks.render(s, top=3)
+    assert "| 60.0 | `data_received (aiohttp/web_protocol.py)` | aiohttp server |" in text
+
+
+def _row(target: str, mode: str, conc: int, rep: int, p50: float, us: float | None) -> dict:
+    row = {"target": target, "mode": mode, "conc": conc, "rep": rep, "rps": 1000.0,
+           "p50_ms": p50, "p99_ms": 2 * p50, "worker_cpu_pct": 50.0, "foreign_cpu_pct": 0.0,
+           "errors": 0}  # fmt: skip
+    if us is not None:
+        row |= {"gw_us_per_req": us, "gw_cpu_pct": 40.0, "gw_rss_mb": 50.0}
+    return row
+
+
+def test_overhead_summary_pairs_reps_and_prices_chunks() -> None:
+    rows = [
+        _row("direct", "chat", 1, 0, 0.20, None),
+        _row("ours", "chat", 1, 0, 0.50, 300.0),
+        _row("direct", "chat_stream", 1, 0, 0.30, None),
+        _row("ours", "chat_stream", 1, 0, 0.90, 300.0 + 64 * 5),
+    ]
+    text = overhead.summary(rows, "meta")
+    assert "| 1 | 300 | 620 | 5.0 | 0.30 | 0.60 |" in text
+    assert "Gateway peak RSS: 50 MB" in text
+
+
+def test_overhead_runs_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "o.jsonl"
+    cmd = [sys.executable, str(BENCH / "overhead.py"), "--conc", "2", "--duration", "1",
+           "--warmup", "0", "--client", "aiohttp", "--results", str(tmp_path), "--out", str(out),
+           "--max-total-s", "60"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=100)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {(r["target"], r["mode"]) for r in rows} == {
+        (t, m) for t in ("ours", "direct") for m in ("chat", "chat_stream")
+    }
+    assert all(r["requests"] > 0 and r["errors"] == 0 for r in rows)
+    assert all(r["gw_us_per_req"] > 0 for r in rows if r["target"] == "ours")
+    assert "µs/chunk" in out.with_suffix(".md").read_text()
+
+
+def test_pair_ratios_pairs_within_a_rep() -> None:
+    import pair_ratios
+
+    def r(target: str, mode: str, rep: int, us: float) -> dict:
+        return {"target": target, "mode": mode, "conc": 1, "rep": rep, "tag": "",
+                "gateway_cpu_us_per_req": us}  # fmt: skip
+
+    rows = [
+        r("ours1", "chat", 0, 600),
+        r("smg_rr1", "chat", 0, 400),
+        r("ours1", "chat_stream", 0, 600 + 64 * 10),  # 10 µs per chunk
+        r("smg_rr1", "chat_stream", 0, 400 + 64 * 20),
+        r("ours1", "chat", 1, 900),  # rep 1 has no streams: no chunk pair
+        r("smg_rr1", "chat", 1, 600),
+    ]
+    text = pair_ratios.table(rows, "ours1", "smg_rr1")
+    assert "| 1 | 750 | 500 | 1.50 | 2 | 10.0 | 20.0 | 0.50 | 1 |" in text

@@ -6,8 +6,11 @@ their gateway CPU-µs per request *within a rep* cancels most of what other load
 to both; this prints the median of those per-rep ratios, next to the medians of the values, and
 the same for CPU-µs per streamed chunk ((stream - non-stream µs/req) / 64, per rep). Runs whose
 foreign CPU (host busy minus wrk, gateway and worker) exceeds --max-foreign are dropped first.
+A second table gives, per mode and concurrency, the p50 each gateway adds over the baseline
+(`direct`) in the same rep, the median of the per-rep ratios of those, and peak RSS.
 
     python bench/pair_ratios.py bench/results/anchor-*.jsonl [--ours ours1] [--ref smg_rr1]
+    python bench/pair_ratios.py bench/results/anchor-grpc*.jsonl --ours ours_grpc1 --ref smg_grpc_rr1
 """
 
 from __future__ import annotations
@@ -76,14 +79,60 @@ def table(rows: list[dict], ours: str, ref: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def latency_rss(rows: list[dict], ours: str, ref: str, baseline: str = "direct") -> str:
+    """Per (mode, conc): added p50 (gateway - baseline, same rep) for both gateways, the median of
+    the per-rep ratios ours/ref of it and of the differences ours - ref (which needs no baseline:
+    in gRPC mode `direct` is the HTTP worker, not the engine), and median peak RSS, with ratio."""
+    by: dict[tuple, dict] = {}
+    for r in rows:
+        by[(r.get("tag", ""), r["rep"], r["mode"], r["conc"], r["target"])] = r
+    cells = sorted({(k[2], k[3]) for k in by}, key=lambda mc: (mc[0], mc[1]))
+    reps = sorted({k[:2] for k in by})
+    f = lambda x, p=2: "-" if x != x else f"{x:.{p}f}"  # noqa: E731
+    out = [
+        f"| mode | conc | {ours} +p50 ms | {ref} +p50 ms | ratio (paired) | n | "
+        f"{ours} - {ref} p50 ms (paired) | {ours} RSS MB | {ref} RSS MB | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, c in cells:
+        added: dict[str, dict[tuple, float]] = {ours: {}, ref: {}}
+        rss: dict[str, list[float]] = {ours: [], ref: []}
+        diff: list[float] = []
+        for rp in reps:
+            o, r = by.get((*rp, mode, c, ours)), by.get((*rp, mode, c, ref))
+            if o is not None and r is not None:
+                diff.append(o["p50_ms"] - r["p50_ms"])
+            base = by.get((*rp, mode, c, baseline))
+            for t in (ours, ref):
+                row = by.get((*rp, mode, c, t))
+                if row is None:
+                    continue
+                if "gateway_rss_mb" in row:
+                    rss[t].append(row["gateway_rss_mb"])
+                if base is not None:
+                    added[t][rp] = row["p50_ms"] - base["p50_ms"]
+        both = [rp for rp in added[ours] if rp in added[ref] and added[ref][rp] > 0]
+        ratio = [added[ours][rp] / added[ref][rp] for rp in both]
+        rss_o, rss_r = _med(rss[ours]), _med(rss[ref])
+        out.append(
+            f"| {mode} | {c} | {f(_med(list(added[ours].values())))} | "
+            f"{f(_med(list(added[ref].values())))} | {f(_med(ratio))} | {len(ratio)} | "
+            f"{f(_med(diff))} | {f(rss_o, 0)} | {f(rss_r, 0)} | {f(rss_o / rss_r if rss_r else float('nan'))} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+")
     ap.add_argument("--ours", default="ours1")
     ap.add_argument("--ref", default="smg_rr1")
     ap.add_argument("--max-foreign", type=float, default=None, help="drop noisier runs (%% CPU)")
+    ap.add_argument("--baseline", default="direct", help="target the added p50 is taken over")
     a = ap.parse_args()
-    print(table(load(a.files, a.max_foreign), a.ours, a.ref), end="")
+    rows = load(a.files, a.max_foreign)
+    print(table(rows, a.ours, a.ref))
+    print(latency_rss(rows, a.ours, a.ref, a.baseline), end="")
 
 
 if __name__ == "__main__":

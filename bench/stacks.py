@@ -4,7 +4,8 @@
 Each input line is `frame;frame;...;leaf COUNT`, a frame being `function (file:line)`. Frames are
 merged across line numbers, so a function counts once however many of its lines were sampled.
 Prints, as markdown: the share of samples per group (where the leaf frame's file lives: aiohttp
-server, aiohttp client, our middleware, routing, ...), then the top frames by own time (the leaf
+server, aiohttp client, our middleware, routing, ...; in gRPC mode also grpc.aio, protobuf, our
+output shaper and detokenizer, HF tokenizers calls, template + tokenize), then the top frames by own time (the leaf
 of a sample: time spent in that function or in C code it called, since py-spy without --native
 sees no C frames) and by cumulative time (on the stack at all).
 
@@ -26,17 +27,35 @@ INTERP = "interpreter (C frames)"
 SHARED = "aiohttp shared (http_writer, parsers, streams, payloads), yarl, multidict"
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]*)(?::(?P<line>\d+))?\)$")
 
-# (group, path fragments); the first group whose fragment occurs in a frame's file wins.
+# (group, fragments); the first group with a fragment in a frame's `func (short path)` wins, so
+# the specific groups come first (our output shaper before the rest of smg/pipeline/).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("our middleware", ("smg/api/gateway.py",)),
+    # gRPC mode: what runs per engine event and per request besides the transport
+    ("our output shaper + detokenizer", ("smg/pipeline/output.py", "smg/pipeline/detokenize.py",
+                                         "smg/pipeline/stop.py")),
+    # decode_sync/_encode_now are one-line wrappers: their own time is the Rust call inside
+    ("HF tokenizers (Rust) decode/encode", ("decode_sync (smg/pipeline/tokenizer.py",
+                                           "_encode_now (smg/pipeline/tokenizer.py",
+                                           "tokenizers/", "tokenizers.abi3", "tokenizers::")),
+    ("template + tokenize (ours, jinja2, token cache)", ("smg/pipeline/chat_template.py",
+        "smg/pipeline/tokenizer.py", "smg/pipeline/token_cache.py", "smg/actors/tokenizers.py",
+        "jinja2/", "markupsafe/")),
+    ("our gRPC adapter (backends/grpc*.py)", ("smg/pipeline/backends/grpc",)),
+    ("grpc.aio (grpcio, cygrpc, gRPC core)", ("grpc/", "cygrpc", "grpc_core", "libgrpc")),
+    ("protobuf (upb, generated messages)", ("protobuf", "smg_grpc_proto/", "upb_", "_upb")),
     ("our handler (validate, relay)", ("smg/api/proxy_routes.py", "smg/api/requests.py",
-                                       "smg/api/admission.py", "smg/actors/request.py")),
+                                       "smg/api/admission.py", "smg/actors/request.py",
+                                       "smg/api/pipeline_routes.py", "smg/api/openai_routes.py",
+                                       "smg/api/relay.py", "smg/pipeline/sampling.py",
+                                       "smg/pipeline/engine_types.py")),
     ("routing (runner, policy, snapshots)", ("smg/pipeline/", "smg/actors/", "smg/core/")),
     ("metrics", ("prometheus_client/", "smg/metrics.py")),
     ("logging", ("structlog/", "logging/", "smg/logs.py")),
     ("JSON", ("orjson", "json/")),
     ("aiohttp client", ("aiohttp/client", "aiohttp/connector.py", "aiohttp/tracing.py",
                         "aiohttp/cookiejar.py")),
+    ("aiohttp writes (http_writer)", ("aiohttp/http_writer.py",)),
     ("aiohttp server", ("aiohttp/web",)),
     (SHARED, ("aiohttp/", "multidict/", "yarl/", "contextlib.py")),
     (LOOP, ("asyncio/", "uvloop/", "contextvars", "selectors.py")),

@@ -94,3 +94,35 @@ def test_pair_ratios_pairs_within_a_rep() -> None:
     ]
     text = pair_ratios.table(rows, "ours1", "smg_rr1")
     assert "| 1 | 750 | 500 | 1.50 | 2 | 10.0 | 20.0 | 0.50 | 1 |" in text
+
+
+def test_pair_ratios_added_p50_and_rss() -> None:
+    import pair_ratios
+
+    def r(target: str, rep: int, p50: float, rss: float | None = None) -> dict:
+        row = {"target": target, "mode": "chat", "conc": 1, "rep": rep, "tag": "", "p50_ms": p50}
+        return row | ({"gateway_rss_mb": rss} if rss is not None else {})
+
+    rows = [
+        r("direct", 0, 0.2), r("ours_grpc1", 0, 1.2, 60), r("smg_grpc_rr1", 0, 0.7, 80),
+        r("direct", 1, 0.3), r("ours_grpc1", 1, 1.5, 64), r("smg_grpc_rr1", 1, 0.9, 80),
+    ]  # fmt: skip
+    text = pair_ratios.latency_rss(rows, "ours_grpc1", "smg_grpc_rr1")
+    # +p50 ours 1.0/1.2 -> 1.10, Rust 0.5/0.6 -> 0.55; ratios 2.0, 2.0; diffs 0.5, 0.6 -> 0.55
+    assert "| chat | 1 | 1.10 | 0.55 | 2.00 | 2 | 0.55 | 62 | 80 | 0.78 |" in text
+
+
+def test_stacks_groups_grpc_mode_frames() -> None:
+    def g(func: str, path: str) -> str:
+        return stacks.group_of(stacks.Frame(func, path))
+
+    assert g("decode_sync", "/r/smg/pipeline/tokenizer.py").startswith("HF tokenizers")
+    assert g("encode", "/r/smg/pipeline/tokenizer.py").startswith("template + tokenize")
+    assert g("on_event", "/r/smg/pipeline/output.py") == "our output shaper + detokenizer"
+    assert g("feed", "/r/smg/pipeline/detokenize.py") == "our output shaper + detokenizer"
+    assert g("events", "/r/smg/pipeline/backends/grpc.py").startswith("our gRPC adapter")
+    assert g("_fetch", f"{SITE}/grpc/aio/_call.py").startswith("grpc.aio")
+    assert g("x", f"{SITE}/google/protobuf/message.py").startswith("protobuf")
+    assert g("write", f"{SITE}/aiohttp/http_writer.py").startswith("aiohttp writes")
+    assert g("_stream", "/r/smg/api/pipeline_routes.py").startswith("our handler")
+    assert g("select", "/r/smg/pipeline/policies/round_robin.py").startswith("routing")

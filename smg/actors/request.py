@@ -8,8 +8,6 @@ at the end of a drain. `InFlight` is the table the drain waits on.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +18,25 @@ class Cancel:
 
 
 class RequestActor:
-    __slots__ = ("request_id", "started", "task")
+    """One in-flight request. `with inflight.track(rid):` registers it for the block's length (a
+    plain context-manager object: no generator per request on the hot path)."""
 
-    def __init__(self, request_id: str, task: asyncio.Task[Any] | None, started: float) -> None:
+    __slots__ = ("_table", "request_id", "started", "task")
+
+    def __init__(self, table: InFlight, request_id: str) -> None:
+        self._table = table
         self.request_id = request_id
-        self.task = task
-        self.started = started
+        self.task: asyncio.Task[Any] | None = None
+        self.started = 0.0
+
+    def __enter__(self) -> RequestActor:
+        self.task = asyncio.current_task()
+        self.started = asyncio.get_running_loop().time()
+        self._table._add(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._table._remove(self)
 
     def tell(self, message: Cancel) -> None:
         match message:
@@ -38,34 +49,31 @@ class InFlight:
     """The requests running now; the drain waits for this table to empty."""
 
     def __init__(self) -> None:
-        self.requests: dict[int, RequestActor] = {}
+        self.requests: set[RequestActor] = set()
         self._empty = asyncio.Event()
         self._empty.set()
-        self._seq = 0
 
     def __len__(self) -> int:
         return len(self.requests)
 
-    @contextmanager
-    def track(self, request_id: str) -> Iterator[RequestActor]:
-        loop = asyncio.get_running_loop()
-        self._seq += 1
-        key = self._seq
-        actor = RequestActor(request_id, asyncio.current_task(), loop.time())
-        self.requests[key] = actor
-        self._empty.clear()
-        try:
-            yield actor
-        finally:
-            del self.requests[key]
-            if not self.requests:
-                self._empty.set()
+    def track(self, request_id: str) -> RequestActor:
+        return RequestActor(self, request_id)
+
+    def _add(self, actor: RequestActor) -> None:
+        self.requests.add(actor)
+        if len(self.requests) == 1:
+            self._empty.clear()
+
+    def _remove(self, actor: RequestActor) -> None:
+        self.requests.discard(actor)
+        if not self.requests:
+            self._empty.set()
 
     async def wait_empty(self) -> None:
         await self._empty.wait()
 
     def cancel_all(self, reason: str) -> int:
-        actors = list(self.requests.values())
+        actors = list(self.requests)
         for a in actors:
             a.tell(Cancel(reason))
         return len(actors)

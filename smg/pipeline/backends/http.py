@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import aiohttp
+from yarl import URL
 
 from smg.actors.messages import ProbeResult
 from smg.actors.snapshots import WorkerSnapshot
@@ -62,6 +63,7 @@ class HttpBackend:
         self.session = session
         self.timeout_s = request_timeout_s
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, connect=None)
+        self._urls: dict[tuple[str, str], URL] = {}
 
     async def open(
         self,
@@ -71,10 +73,12 @@ class HttpBackend:
         headers: Mapping[str, str],
     ) -> aiohttp.ClientResponse:
         """Send the request; return once the status line and headers are in."""
+        key = (worker.url, path)
+        url = self._urls.get(key)
+        if url is None:  # parsing a URL costs more than the rest of our per-request work
+            url = self._urls[key] = URL(worker.url + path)
         try:
-            return await self.session.post(
-                worker.url + path, data=body, headers=headers, timeout=self._timeout
-            )
+            return await self.session.post(url, data=body, headers=headers, timeout=self._timeout)
         except TimeoutError as exc:
             detail = f"{worker.url}: no answer in {self.timeout_s:g} s"
             raise UpstreamError("timeout", detail, self.timeout_s) from exc

@@ -145,6 +145,13 @@ class TokenizerConfig:
         False, "Prefix token cache at special-token boundaries (multi-turn chats)."
     )
     tokenizer_cache_l1_max_memory: int = knob(52_428_800, "Bytes the L1 cache may hold.")
+    reasoning_parser: str | None = knob(
+        None, "Reasoning format (deepseek_r1, qwen3, kimi, ...); default: detected from the model."
+    )
+    tool_call_parser: str | None = knob(
+        None,
+        "Tool-call format (json, qwen, llama, mistral, ...); default: detected from the model.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

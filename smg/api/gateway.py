@@ -42,6 +42,7 @@ from smg.metrics import Metrics
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber
 from smg.pipeline.backends.http import HttpBackend, HttpProber
+from smg.pipeline.parser_choice import ParserChoice
 from smg.pipeline.policies import make_policy
 from smg.pipeline.runner import Runner
 from smg.pipeline.tokenizer import Tokenizer
@@ -124,6 +125,9 @@ class Gateway:
             tokenizers=self.tokenizers,
             relay=relay,
             request_timeout_s=srv.request_timeout_secs,
+            parsers=ParserChoice(
+                self.cfg.tokenizer.reasoning_parser, self.cfg.tokenizer.tool_call_parser
+            ),
         )
         openai = OpenAIRoutes(
             runner=runner,

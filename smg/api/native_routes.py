@@ -23,6 +23,7 @@ from smg.api.pipeline_routes import SSE_HEADERS, PipelineRoutes, Prepared
 from smg.pipeline.backends.grpc_pool import EngineStream
 from smg.pipeline.engine_types import Finished, TokenDelta
 from smg.pipeline.output import ChoiceState, OutputSpec
+from smg.pipeline.parsers import REASONING_PARSERS, TOOL_PARSERS, reasoning_parser, tool_parser
 from smg.pipeline.runner import Attempt
 from smg.pipeline.sampling import sampling_from_openai
 from smg.pipeline.tokenizer import Tokenizer
@@ -60,6 +61,47 @@ class NativeRoutes:
         app.router.add_post("/generate", self.generate)
         app.router.add_post("/v1/tokenize", self.tokenize)
         app.router.add_post("/v1/detokenize", self.detokenize)
+        app.router.add_post("/parse/function_call", self.parse_function_call)
+        app.router.add_post("/parse/reasoning", self.parse_reasoning)
+
+    async def parse_function_call(self, request: web.Request) -> web.Response:
+        """`{text, tool_call_parser, tools}` -> `{remaining_text, tool_calls, success}`."""
+        body = rq.parse_object(await rq.read_body(request, self.max_payload))
+        text, name = body.get("text"), body.get("tool_call_parser")
+        if not isinstance(text, str):
+            raise errors.missing_field("text")
+        if not isinstance(name, str) or name not in TOOL_PARSERS:
+            raise errors.invalid_value(
+                f"Unknown tool_call_parser {name!r}; known: {', '.join(sorted(TOOL_PARSERS))}",
+                param="tool_call_parser",
+            )
+        tools = body.get("tools")
+        result = tool_parser(name, tools if isinstance(tools, list) else None).parse(text)
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in result.calls
+        ]
+        return _json({"remaining_text": result.normal_text, "tool_calls": calls, "success": True})
+
+    async def parse_reasoning(self, request: web.Request) -> web.Response:
+        """`{text, reasoning_parser}` -> `{normal_text, reasoning_text, success}`."""
+        body = rq.parse_object(await rq.read_body(request, self.max_payload))
+        text, name = body.get("text"), body.get("reasoning_parser")
+        if not isinstance(text, str):
+            raise errors.missing_field("text")
+        if not isinstance(name, str) or name not in REASONING_PARSERS:
+            raise errors.invalid_value(
+                f"Unknown reasoning_parser {name!r}; known: {', '.join(sorted(REASONING_PARSERS))}",
+                param="reasoning_parser",
+            )
+        result = reasoning_parser(name).parse(text)
+        return _json(
+            {
+                "normal_text": result.normal_text,
+                "reasoning_text": result.reasoning_text,
+                "success": True,
+            }
+        )
 
     def _model(self, body: dict[str, Any]) -> str:
         model = body.get("model")

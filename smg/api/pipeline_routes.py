@@ -8,6 +8,7 @@ HTTP worker picked that way gets the client's original body, relayed as in HTTP 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from smg.pipeline.backends.http import forward_headers
 from smg.pipeline.chat_template import TemplateError
 from smg.pipeline.engine_types import EngineRequest, SamplingParams
 from smg.pipeline.output import OutputShaper, OutputSpec
+from smg.pipeline.parser_choice import ParserChoice, tool_choice
 from smg.pipeline.policies.base import RouteRequest
 from smg.pipeline.runner import Attempt, Runner
 from smg.pipeline.tokenizer import Tokenizer
@@ -54,7 +56,9 @@ class PipelineRoutes:
         tokenizers: SnapshotCell[dict[str, Tokenizer]],
         relay: HttpRelay,
         request_timeout_s: float,
+        parsers: ParserChoice,
     ) -> None:
+        self.parsers = parsers
         self.runner = runner
         self.engines = engines
         self.tokenizers = tokenizers
@@ -91,8 +95,9 @@ class PipelineRoutes:
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
             raise errors.invalid_type("'tools' must be an array", param="tools")
-        if body.get("tool_choice") == "none":
-            tools = None
+        choice = tool_choice(body, tools)
+        if choice.constraint is not None and sampling.json_schema is None:
+            sampling = dataclasses.replace(sampling, json_schema=choice.constraint)
         try:
             prompt = tok.chat_template.render(
                 body["messages"],
@@ -104,6 +109,13 @@ class PipelineRoutes:
             raise errors.invalid_request(f"Chat template: {exc}", param="messages") from None
         ids = await tok.encode(prompt)
         spec = self._spec(body, sampling, model, request_id, True)
+        parser = self.parsers.factory(body, model, prompt, tools, choice, request_id)
+        if parser is not None:
+            spec = dataclasses.replace(
+                spec,
+                parser=parser,
+                parallel_tool_calls=body.get("parallel_tool_calls") is not False,
+            )
         return Prepared(model, tok, ids, prompt, sampling, spec)
 
     async def prepare_completion(
@@ -124,7 +136,7 @@ class PipelineRoutes:
             )
         spec = self._spec(body, sampling, model, request_id, False)
         if body.get("echo") is True:
-            spec = _replace(spec, echo_prompt=text or tok.decode_sync(ids, False))
+            spec = dataclasses.replace(spec, echo_prompt=text or tok.decode_sync(ids, False))
         return Prepared(model, tok, ids, text, sampling, spec)
 
     def _spec(
@@ -262,9 +274,3 @@ class PipelineRoutes:
         finally:
             await engine.aclose()
             self.runner.finish(attempt, success)
-
-
-def _replace(spec: OutputSpec, **changes: Any) -> OutputSpec:
-    import dataclasses
-
-    return dataclasses.replace(spec, **changes)

@@ -18,6 +18,7 @@ import orjson
 
 from smg.pipeline.detokenize import DecodeFn, IncrementalDetokenizer
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta, TokenLogprob
+from smg.pipeline.parsers.types import CallDelta, ParseDelta, Parser
 from smg.pipeline.stop import StopMatcher
 
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -40,10 +41,14 @@ class OutputSpec:
     top_logprobs: int = 0
     system_fingerprint: str | None = None
     echo_prompt: str | None = None  # completions with echo=true
+    # chat in gRPC mode: reasoning / tool-call parsing of each choice's text (None: plain text)
+    parser: Callable[[], Parser] | None = None
+    parallel_tool_calls: bool = True
 
 
 class ChoiceState:
     __slots__ = (
+        "calls",
         "completion_tokens",
         "detok",
         "done",
@@ -51,12 +56,19 @@ class ChoiceState:
         "index",
         "logprobs",
         "matched_stop",
+        "parser",
+        "reasoning",
+        "single_call",
         "started",
         "stop",
         "text",
     )
 
     def __init__(self, index: int, decode: DecodeFn, spec: OutputSpec) -> None:
+        self.parser = spec.parser() if spec.parser is not None else None
+        self.single_call = not spec.parallel_tool_calls
+        self.reasoning: list[str] = []
+        self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
         self.index = index
         self.detok = IncrementalDetokenizer(decode, skip_special_tokens=spec.skip_special_tokens)
         self.stop = StopMatcher(spec.stop, spec.include_stop)
@@ -76,6 +88,39 @@ class ChoiceState:
             self.finish_reason = "stop"
             self.matched_stop = matched
         return emit
+
+    def parse(self, text: str, *, final: bool) -> ParseDelta:
+        """Split emitted text into content, reasoning and tool calls (when a parser is set);
+        the pieces are also kept for the whole-answer body."""
+        parser = self.parser
+        if parser is None:
+            delta = ParseDelta(normal_text=text)
+        else:
+            delta = parser.feed(text) if text else ParseDelta()
+            if final:
+                tail = parser.finish()
+                delta = ParseDelta(
+                    delta.normal_text + tail.normal_text,
+                    delta.reasoning_text + tail.reasoning_text,
+                    delta.calls + tail.calls,
+                )
+            if self.single_call and delta.calls:  # parallel_tool_calls: false keeps the first
+                kept = tuple(c for c in delta.calls if c.index == 0)
+                delta = ParseDelta(delta.normal_text, delta.reasoning_text, kept)
+        if delta.normal_text:
+            self.text.append(delta.normal_text)
+        if delta.reasoning_text:
+            self.reasoning.append(delta.reasoning_text)
+        for c in delta.calls:
+            entry = self.calls.setdefault(c.index, ["", "", ""])
+            if c.id is not None:
+                entry[0] = c.id
+            if c.name is not None:
+                entry[1] = c.name
+            entry[2] += c.arguments
+        if final and self.calls and self.finish_reason == "stop":
+            self.finish_reason = "tool_calls"
+        return delta
 
     def finish(self, ev: Finished) -> str:
         tail = self.feed(ev.token_ids) if ev.token_ids else ""
@@ -159,7 +204,13 @@ class OutputShaper:
         self._account(ev, state)
         text = state.feed(ev.token_ids) if isinstance(ev, TokenDelta) else state.finish(ev)
         new_lp = state.logprobs[lp_start:] if self.spec.logprobs else None
-        if text or new_lp:
+        if self.spec.chat:
+            delta = state.parse(text, final=state.done)
+            content = _chat_delta(delta)
+            if content or new_lp:
+                frames.append(self._frame(state.index, content, logprobs=new_lp))
+        elif text or new_lp:
+            state.text.append(text)
             frames.append(self._frame(state.index, text, logprobs=new_lp))
         if state.done:
             frames.append(self._frame(state.index, None, finish=state))
@@ -172,6 +223,10 @@ class OutputShaper:
             if not state.done:
                 state.done = True
                 state.finish_reason = state.finish_reason or "abort"
+                if self.spec.chat:
+                    content = _chat_delta(state.parse(state.stop.finish(), final=True))
+                    if content:
+                        frames.append(self._frame(state.index, content))
                 frames.append(self._frame(state.index, None, finish=state))
         if self.spec.include_usage:
             payload = {**self._head, "choices": [], "usage": self.usage()}
@@ -213,20 +268,26 @@ class OutputShaper:
             self.error = ev.error or "the engine failed"
         self._account(ev, state)
         text = state.feed(ev.token_ids) if isinstance(ev, TokenDelta) else state.finish(ev)
-        state.text.append(text)
+        if self.spec.chat:
+            state.parse(text, final=state.done)
+        else:
+            state.text.append(text)
 
     def body(self) -> dict[str, Any]:
         choices = []
         for state in self.choices:
             if not state.done:
                 state.done = True
-                state.text.append(state.stop.finish())
                 state.finish_reason = state.finish_reason or "abort"
+                if self.spec.chat:
+                    state.parse(state.stop.finish(), final=True)
+                else:
+                    state.text.append(state.stop.finish())
             text = "".join(state.text)
             choice: dict[str, Any] = {"index": state.index}
             lp = state.logprobs if self.spec.logprobs else None
             if self.spec.chat:
-                choice["message"] = {"role": "assistant", "content": text}
+                choice["message"] = _message(state, text, parsing=self.spec.parser is not None)
                 choice["logprobs"] = self._chat_logprobs(lp) if lp else None
             else:
                 if self.spec.echo_prompt is not None:
@@ -266,3 +327,43 @@ class OutputShaper:
             ],
             "text_offset": [],
         }
+
+
+def _chat_delta(delta: ParseDelta) -> dict[str, Any] | None:
+    """A parse delta as an OpenAI chat `delta` object (None when there is nothing to send)."""
+    if not delta:
+        return None
+    out: dict[str, Any] = {}
+    if delta.reasoning_text:
+        out["reasoning_content"] = delta.reasoning_text
+    if delta.normal_text:
+        out["content"] = delta.normal_text
+    if delta.calls:
+        out["tool_calls"] = [_call_delta(c) for c in delta.calls]
+    return out
+
+
+def _call_delta(c: CallDelta) -> dict[str, Any]:
+    if c.id is None:
+        return {"index": c.index, "function": {"arguments": c.arguments}}
+    return {
+        "index": c.index,
+        "id": c.id,
+        "type": "function",
+        "function": {"name": c.name, "arguments": c.arguments},
+    }
+
+
+def _message(state: ChoiceState, text: str, *, parsing: bool) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if not parsing:
+        return message
+    if state.calls:
+        if not text:
+            message["content"] = None
+        message["tool_calls"] = [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+            for _, (cid, name, args) in sorted(state.calls.items())
+        ]
+    message["reasoning_content"] = "".join(state.reasoning) or None
+    return message

@@ -33,7 +33,9 @@ def test_array_of_calls_nested_unicode_and_escapes() -> None:
         "",
         "",
         (
-            call(0, "note", {"t": '"quoted" \u00fc\u00f1\u00ee \U0001f600', "m": {"a": [{"b": {}}]}}),
+            call(
+                0, "note", {"t": '"quoted" \u00fc\u00f1\u00ee \U0001f600', "m": {"a": [{"b": {}}]}}
+            ),
             call(1, "ping", {}),
         ),
     )
@@ -56,7 +58,7 @@ def test_malformed_is_returned_as_text() -> None:
         '[{"name": "ping"}, {"arguments": {}}]',
         "[]",
         '{"name": "ping"',
-        '[1, 2] and more',
+        "[1, 2] and more",
         '{"name": "x", "arguments": "not json"}',
     ):
         assert_chunk_invariant(make, text, ParseResult(text))

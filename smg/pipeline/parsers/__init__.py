@@ -21,10 +21,20 @@ from __future__ import annotations
 from typing import Protocol
 
 from smg.pipeline.parsers import reasoning as _r
+from smg.pipeline.parsers.cohere import CohereParser
+from smg.pipeline.parsers.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from smg.pipeline.parsers.engine import ChainedParser, PassthroughParser, StreamParser
+from smg.pipeline.parsers.glm45_moe import Glm45MoeParser
+from smg.pipeline.parsers.glm47_moe import Glm47MoeParser
 from smg.pipeline.parsers.json_format import JsonParser
+from smg.pipeline.parsers.kimik2 import KimiK2Parser
 from smg.pipeline.parsers.llama import LlamaParser
+from smg.pipeline.parsers.minimax_m2 import MinimaxM2Parser
+from smg.pipeline.parsers.mistral import MistralParser
+from smg.pipeline.parsers.pythonic import PythonicParser
 from smg.pipeline.parsers.qwen import QwenParser
+from smg.pipeline.parsers.qwen_coder import QwenCoderParser
+from smg.pipeline.parsers.step3 import Step3Parser
 from smg.pipeline.parsers.types import (
     CallDelta,
     IdFactory,
@@ -69,6 +79,18 @@ TOOL_PARSERS: dict[str, ToolParserFactory] = {
     "json": JsonParser,
     "qwen": QwenParser,
     "llama": LlamaParser,
+    "qwen_coder": QwenCoderParser,
+    "qwen_xml": QwenCoderParser,
+    "glm45_moe": Glm45MoeParser,
+    "glm47_moe": Glm47MoeParser,
+    "step3": Step3Parser,
+    "minimax_m2": MinimaxM2Parser,
+    "mistral": MistralParser,
+    "deepseek": DeepSeekV3Parser,
+    "deepseek31": DeepSeekV31Parser,
+    "kimik2": KimiK2Parser,
+    "pythonic": PythonicParser,
+    "cohere": CohereParser,
 }
 
 REASONING_PARSERS: dict[str, ReasoningParserFactory] = {

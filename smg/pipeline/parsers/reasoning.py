@@ -14,8 +14,8 @@ Every format here is the same state machine with different markers and a differe
   response, as in the Rust gateway).
 
 Whitespace touching a marker is dropped: reasoning is stripped at both ends, content after the
-block is left-stripped, and a `start` preceded by whitespace only drops that whitespace. Text with no markers at
-all passes through untouched.
+block is left-stripped, and whitespace before a `start` is dropped when nothing else precedes
+it. Text with no markers at all passes through untouched.
 
 Unterminated reasoning (the stream ends inside the block, e.g. `max_tokens` hit) is returned as
 reasoning, not content: the model never said it was done thinking.

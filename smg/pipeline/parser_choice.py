@@ -9,6 +9,7 @@ block when the chat template already opened it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -121,11 +122,14 @@ class ParserChoice:
         start = prompt.rstrip().endswith(_OPEN_THINK)
         prefix = f"call_{os.urandom(6).hex()}"
         forced = choice.function
-
-        def ids(i: int) -> str:
-            return f"{prefix}{i}"
+        choices = itertools.count()  # one parser per choice: ids stay unique when n > 1
 
         def make() -> Parser:
+            k = next(choices)
+
+            def ids(i: int) -> str:
+                return f"{prefix}{k:02x}{i:02x}"
+
             reasoning = reasoning_parser(rname or "passthrough", start_in_reasoning=start)
             calls: StreamParser
             if tname == "forced" and forced is not None:

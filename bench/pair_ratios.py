@@ -10,7 +10,8 @@ A second table gives, per mode and concurrency, the p50 each gateway adds over t
 (`direct`) in the same rep, the median of the per-rep ratios of those, and peak RSS.
 
     python bench/pair_ratios.py bench/results/anchor-*.jsonl [--ours ours1] [--ref smg_rr1]
-    python bench/pair_ratios.py bench/results/anchor-grpc*.jsonl --ours ours_grpc1 --ref smg_grpc_rr1
+    python bench/pair_ratios.py bench/results/anchor-grpc*.jsonl \
+        --ours ours_grpc1 --ref smg_grpc_rr1
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ def latency_rss(rows: list[dict], ours: str, ref: str, baseline: str = "direct")
         rss: dict[str, list[float]] = {ours: [], ref: []}
         diff: list[float] = []
         for rp in reps:
-            o, r = by.get((*rp, mode, c, ours)), by.get((*rp, mode, c, ref))
-            if o is not None and r is not None:
-                diff.append(o["p50_ms"] - r["p50_ms"])
+            mine, theirs = by.get((*rp, mode, c, ours)), by.get((*rp, mode, c, ref))
+            if mine is not None and theirs is not None:
+                diff.append(mine["p50_ms"] - theirs["p50_ms"])
             base = by.get((*rp, mode, c, baseline))
             for t in (ours, ref):
                 row = by.get((*rp, mode, c, t))
@@ -114,10 +115,11 @@ def latency_rss(rows: list[dict], ours: str, ref: str, baseline: str = "direct")
         both = [rp for rp in added[ours] if rp in added[ref] and added[ref][rp] > 0]
         ratio = [added[ours][rp] / added[ref][rp] for rp in both]
         rss_o, rss_r = _med(rss[ours]), _med(rss[ref])
+        rss_ratio = rss_o / rss_r if rss_r else float("nan")
         out.append(
             f"| {mode} | {c} | {f(_med(list(added[ours].values())))} | "
             f"{f(_med(list(added[ref].values())))} | {f(_med(ratio))} | {len(ratio)} | "
-            f"{f(_med(diff))} | {f(rss_o, 0)} | {f(rss_r, 0)} | {f(rss_o / rss_r if rss_r else float('nan'))} |"
+            f"{f(_med(diff))} | {f(rss_o, 0)} | {f(rss_r, 0)} | {f(rss_ratio)} |"
         )
     return "\n".join(out) + "\n"
 

@@ -69,9 +69,22 @@ wrk -t1 -c"$CONC" -d"$((DUR+2))s" --timeout=10s -s "$SHARED_BENCH/wrk/post.lua" 
   >"$STEM.wrk" 2>&1 &
 WRK=$!; PIDS+=("$WRK")
 sleep 1
+ticks() { local t; for t in /proc/"$GW"/task/*; do echo "${t##*/} $(cut -d')' -f2 "$t/stat" | awk '{print $12+$13}')"; done | sort; }
+ticks >"$STEM.cpu0"; T0=$(date +%s.%N)
 "$SPY" record -p "$GW" -d "$DUR" -r "$RATE" --format raw -o "$STEM.txt" ${NATIVE:+--native} \
   >>"$LOG" 2>&1
+ticks >"$STEM.cpu1"; T1=$(date +%s.%N)
 wait "$WRK" || true
 grep -E "Requests/sec|Non-2xx|Socket errors" "$STEM.wrk" || true
-"$SMG_PYTHON" "$REPO/bench/stacks.py" "$STEM.txt" --top 20 | tee "$STEM.md"
+# CPU per thread while py-spy sampled (py-spy sees Python threads only; gRPC core's C threads
+# show up here). py-spy pauses the process per sample, so these run a little high.
+join "$STEM.cpu0" "$STEM.cpu1" | awk -v gw="$GW" -v hz="$(getconf CLK_TCK)" -v t0="$T0" -v t1="$T1" '
+  { pct = 100 * ($3 - $2) / hz / (t1 - t0); all += pct
+    if ($1 == gw) main = pct; else if (pct >= 0.5) { n++; other += pct } }
+  END { printf "gateway CPU while sampled: %.0f%% of a core: main thread %.0f%%, %d other threads %.0f%%\n", all, main, n, other }' \
+  | tee "$STEM.threads"
+rm -f "$STEM.cpu0" "$STEM.cpu1"
+# Main thread only: py-spy counts the idle pool and poller threads as busy (/proc says otherwise).
+"$SMG_PYTHON" "$REPO/bench/stacks.py" "$STEM.txt" --top 20 --main-thread ${NATIVE:+--drop-idle} \
+  | tee "$STEM.md"
 echo "raw: $STEM.txt  summary: $STEM.md  wrk: $STEM.wrk  logs: $LOG"

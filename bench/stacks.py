@@ -5,9 +5,10 @@ Each input line is `frame;frame;...;leaf COUNT`, a frame being `function (file:l
 merged across line numbers, so a function counts once however many of its lines were sampled.
 Prints, as markdown: the share of samples per group (where the leaf frame's file lives: aiohttp
 server, aiohttp client, our middleware, routing, ...; in gRPC mode also grpc.aio, protobuf, our
-output shaper and detokenizer, HF tokenizers calls, template + tokenize), then the top frames by own time (the leaf
-of a sample: time spent in that function or in C code it called, since py-spy without --native
-sees no C frames) and by cumulative time (on the stack at all).
+output shaper and detokenizer, HF tokenizers calls, template + tokenize), then the top frames by
+own time (the leaf of a sample: time spent in that function or in C code it called, since py-spy
+without --native sees no C frames) and by cumulative time (on the stack at all). `--main-thread`
+keeps the event loop's thread only; `--drop-idle` drops samples blocked in a wait (--native).
 
     python bench/stacks.py bench/results/profile-chat-c64-<time>.txt [--top 15]
 
@@ -43,7 +44,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "jinja2/", "markupsafe/")),
     ("our gRPC adapter (backends/grpc*.py)", ("smg/pipeline/backends/grpc",)),
     ("grpc.aio (grpcio, cygrpc, gRPC core)", ("grpc/", "cygrpc", "grpc_core", "libgrpc")),
-    ("protobuf (upb, generated messages)", ("protobuf", "smg_grpc_proto/", "upb_", "_upb")),
+    ("protobuf (upb, generated messages)", ("protobuf", "smg_grpc_proto/", "upb_", "_upb",
+                                            "PyUpb", "_message.abi3")),
     ("our handler (validate, relay)", ("smg/api/proxy_routes.py", "smg/api/requests.py",
                                        "smg/api/admission.py", "smg/actors/request.py",
                                        "smg/api/pipeline_routes.py", "smg/api/openai_routes.py",
@@ -131,6 +133,39 @@ def attribute(frames: tuple[Frame, ...]) -> str:
     return group_of(frames[-1])
 
 
+# Leaf functions that block without using the CPU. py-spy leaves idle threads out of a Python-only
+# profile but not (reliably) of a --native one, where they show up as these C frames.
+WAITS = frozenset({
+    "epoll_wait", "epoll_pwait", "poll", "ppoll", "select", "__select", "pselect", "pselect6",
+    "pthread_cond_wait", "pthread_cond_timedwait", "__futex_abstimed_wait_common", "futex_wait",
+    "sem_wait", "sem_timedwait", "nanosleep", "clock_nanosleep", "accept", "accept4",
+    "PyThread_acquire_lock_timed", "take_gil",
+})  # fmt: skip
+
+
+def is_side_thread(frames: tuple[Frame, ...]) -> bool:
+    """A sample from a thread started with `threading` (a pool worker, grpc's poller), not main."""
+    return any(f.func.endswith("_bootstrap") and f.file.endswith("threading.py") for f in frames)
+
+
+def is_idle(frames: tuple[Frame, ...]) -> bool:
+    """Blocked in a wait: the last symbolised frame (unsymbolised libc addresses skipped) is one."""
+    for f in reversed(frames):
+        if not f.func.startswith("0x"):
+            return f.func in WAITS
+    return False
+
+
+def filter_samples(
+    samples: Iterable[tuple[tuple[Frame, ...], int]], *, main_only: bool, drop_idle: bool
+) -> list[tuple[tuple[Frame, ...], int]]:
+    return [
+        (frames, n)
+        for frames, n in samples
+        if not (main_only and is_side_thread(frames)) and not (drop_idle and is_idle(frames))
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Summary:
     total: int
@@ -162,12 +197,12 @@ def summarise(samples: Iterable[tuple[tuple[Frame, ...], int]]) -> Summary:
     return Summary(total, own, cum, groups, groups_attr, groups_cum)
 
 
-def render(s: Summary, top: int = 15) -> str:
+def render(s: Summary, top: int = 15, scope: str = "idle excluded") -> str:
     if s.total == 0:
         return "no samples\n"
     pct = lambda n: f"{100 * n / s.total:.1f}"  # noqa: E731
     out = [
-        f"{s.total} samples (idle excluded). Own time: the leaf frame's, which includes C code it "
+        f"{s.total} samples ({scope}). Own time: the leaf frame's, which includes C code it "
         "called unless the profile was taken with --native; attributed: a generic leaf (asyncio, "
         "shared aiohttp helpers, interpreter C frames) charged to its nearest specific caller.",
         "",
@@ -197,9 +232,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("file", help="py-spy --format raw output (collapsed stacks)")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument(
+        "--main-thread",
+        action="store_true",
+        help="only the main thread (drop threading.Thread stacks: pools, grpc poller)",
+    )
+    ap.add_argument(
+        "--drop-idle",
+        action="store_true",
+        help="drop samples blocked in a wait (epoll_wait, futex...): for --native",
+    )
     a = ap.parse_args()
     with open(a.file, encoding="utf-8", errors="replace") as f:
-        print(render(summarise(parse(f)), a.top), end="")
+        samples = filter_samples(parse(f), main_only=a.main_thread, drop_idle=a.drop_idle)
+    scope = ", ".join(["main thread only"] * a.main_thread + ["waits dropped"] * a.drop_idle)
+    print(render(summarise(samples), a.top, scope or "idle excluded by py-spy"), end="")
 
 
 if __name__ == "__main__":

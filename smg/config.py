@@ -12,7 +12,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-POLICIES = ("round_robin", "random", "power_of_two", "cache_aware", "consistent_hashing", "manual")
+POLICIES = (
+    "round_robin",
+    "random",
+    "power_of_two",
+    "cache_aware",
+    "consistent_hashing",
+    "manual",
+    "least_load",
+    "prefix_hash",
+    "bucket",
+)
 
 
 def knob(
@@ -76,6 +86,37 @@ class RoutingConfig:
     )
     max_tree_size: int = knob(
         67_108_864, "cache_aware: most characters (tokens) a worker keeps in a model's tree."
+    )
+    block_size: int = knob(16, "KV cache block size (tokens) for event-driven cache-aware routing.")
+    load_monitor_interval: float = knob(
+        10.0, "Seconds between polls of the workers' loads (GetLoads, /get_load)."
+    )
+    disable_load_monitoring: bool = knob(
+        False, "Poll loads only when a load-aware policy needs them."
+    )
+    prefix_token_count: int = knob(
+        256, "prefix_hash: leading tokens hashed (untokenized requests: four times as many chars)."
+    )
+    prefix_hash_load_factor: float = knob(
+        1.25, "prefix_hash: load (multiple of the mean) above which it walks the ring."
+    )
+    prefix_hash_balance_abs_threshold: int = knob(
+        10, "prefix_hash: load over the mean a worker must also exceed to count as overloaded."
+    )
+    least_load_kv_pressure_weight: float = knob(
+        0.15, "least_load: weight (seconds) of KV-cache pressure in the expected wait."
+    )
+    least_load_default_throughput: float = knob(
+        2000.0, "least_load: tokens/s assumed when a worker reports no throughput."
+    )
+    least_load_mean_prefill_tokens: int = knob(
+        1024, "least_load: prefill tokens assumed for a request whose length is unknown."
+    )
+    least_load_max_waiting_requests: int = knob(
+        0, "least_load: skip workers with this many waiting requests (0: no cap)."
+    )
+    bucket_adjust_interval_secs: float = knob(
+        5.0, "bucket: seconds between refits of the length ranges per worker."
     )
 
 

@@ -126,3 +126,17 @@ def test_stacks_groups_grpc_mode_frames() -> None:
     assert g("write", f"{SITE}/aiohttp/http_writer.py").startswith("aiohttp writes")
     assert g("_stream", "/r/smg/api/pipeline_routes.py").startswith("our handler")
     assert g("select", "/r/smg/pipeline/policies/round_robin.py").startswith("routing")
+
+
+def test_stacks_main_thread_and_idle_filters() -> None:
+    raw = """\
+_run_module_as_main (<frozen runpy>:198);Runner.run (asyncio/runners.py:118);epoll_wait (libc.so.6) 40
+_run_module_as_main (<frozen runpy>:198);Runner.run (asyncio/runners.py:118);write (libc.so.6) 30
+Thread._bootstrap (threading.py:1002);_worker (concurrent/futures/thread.py:81);PyThread_acquire_lock_timed (libpython3.11.so.1.0);0x7f26ee6a3f16 (libc.so.6) 20
+Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);0x7f26ecd50b27 (grpc/_cython/cygrpc.so) 10
+"""  # noqa: E501
+    samples = stacks.parse(raw.splitlines())
+    assert sum(n for _, n in stacks.filter_samples(samples, main_only=True, drop_idle=False)) == 70
+    assert sum(n for _, n in stacks.filter_samples(samples, main_only=False, drop_idle=True)) == 40
+    kept = stacks.filter_samples(samples, main_only=True, drop_idle=True)
+    assert [n for _, n in kept] == [30]

@@ -258,12 +258,15 @@ class PipelineRoutes:
             await resp.prepare(request)
             write = resp.write
             on_event = shaper.on_event
-            async for ev in engine.events():
-                frames = on_event(ev)
-                if frames:
-                    await write(frames[0] if len(frames) == 1 else b"".join(frames))
-                if shaper.all_done:
-                    break
+            try:
+                async for ev in engine.events():
+                    frames = on_event(ev)
+                    if frames:
+                        await write(frames[0] if len(frames) == 1 else b"".join(frames))
+                    if shaper.all_done:
+                        break
+            except ConnectionResetError:  # the client left: nothing more to send, no outcome
+                return resp
             success = shaper.error is None
             if shaper.error is not None:
                 err = errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")

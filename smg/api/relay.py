@@ -92,7 +92,10 @@ class HttpRelay:
                 if not chunk:
                     success = True
                     break
-                await write(chunk)  # a client that left raises here; `finally` drops upstream
+                try:
+                    await write(chunk)
+                except ConnectionResetError:  # the client left; `finally` drops the upstream
+                    return resp
             await resp.write_eof()
             return resp
         finally:

@@ -349,8 +349,8 @@ class ResponseNormaliser:
         ids = list(c.token_ids)
         if self._cumulative:
             ch.completion = c.completion_tokens or ch.completion + len(ids)
-        else:
-            ch.completion += c.completion_tokens or len(ids)
+        else:  # count the ids themselves: right whether an engine sends per-chunk or running
+            ch.completion += len(ids)
         ch.prompt = c.prompt_tokens or ch.prompt
         ch.cached = c.cached_tokens or ch.cached
         if not ids:

@@ -3,6 +3,7 @@ short real run of bench/overhead.py (sim worker + gateway + aiohttp client on lo
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -140,3 +141,51 @@ Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982);0x7f26ecd50b
     assert sum(n for _, n in stacks.filter_samples(samples, main_only=False, drop_idle=True)) == 40
     kept = stacks.filter_samples(samples, main_only=True, drop_idle=True)
     assert [n for _, n in kept] == [30]
+
+
+def test_policy_ab_workload_is_seeded_and_mixed() -> None:
+    import policy_ab
+
+    a = policy_ab.workload(400, 10.0, 20, 30, 0.7, 0.8, seed=3)
+    assert a == policy_ab.workload(400, 10.0, 20, 30, 0.7, 0.8, seed=3)
+    assert all(x.at_s < y.at_s for x, y in itertools.pairwise(a))  # Poisson: increasing
+    shared = [r for r in a if r.prefix_id >= 0]
+    assert 0.6 < len(shared) / len(a) < 0.8
+    assert len({r.system for r in a if r.prefix_id < 0}) == len(a) - len(shared)  # all unique
+    assert len({r.user for r in a}) == len(a)
+    counts = [sum(r.prefix_id == k for r in shared) for k in range(20)]
+    assert counts[0] > counts[-1]  # Zipf-ish: the first prefix is the most popular
+
+
+def test_policy_ab_summary_and_goals() -> None:
+    import policy_ab
+
+    def o(ttft: float, cached: int) -> policy_ab.Outcome:
+        return policy_ab.Outcome(True, ttft, ttft + 0.5, 1000, cached, 0.0, 10.0)
+
+    rr = policy_ab.summarise("round_robin", [o(0.2, 100)] * 9 + [o(0.9, 0)], [3, 3, 2, 2])
+    ca = policy_ab.summarise("cache_aware", [o(0.05, 600)] * 9 + [o(0.3, 0)], [3, 2, 3, 2])
+    assert round(rr["hit_rate"], 3) == 0.09 and round(ca["hit_rate"], 3) == 0.54
+    assert rr["ttft_p50_ms"] == 200.0 and rr["ttft_p99_ms"] == 900.0
+    assert rr["max_mean_load"] == 1.2 and rr["throughput_rps"] == 1.0
+    text = "\n".join(policy_ab.goals([rr, ca]))
+    assert text.count(": met") == 3
+    assert "| cache_aware | 10/0 | 54.0% | 50 | 300 |" in policy_ab.table([ca])
+
+
+def test_policy_ab_and_radix_bench_run(tmp_path: Path) -> None:
+    out = tmp_path / "ab.json"
+    cmd = [sys.executable, str(BENCH / "policy_ab.py"), "--policies", "round_robin,no_such",
+           "--engines", "2", "--requests", "6", "--rate", "4", "--prefixes", "3",
+           "--prefix-words", "40", "--max-tokens", "4", "--out", str(out)]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "not available in this checkout (skipped): no_such" in p.stdout
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["ok"] == 6 and sum(row["engine_requests"]) == 6 and row["ttft_p50_ms"] > 0
+    cmd = [sys.executable, str(BENCH / "radix_bench.py"), "--n", "200", "--reps", "1",
+           "--out", str(tmp_path / "radix.json")]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads((tmp_path / "radix.json").read_text())["rows"]
+    assert [r["n"] for r in rows] == [200, 200] and all(r["bytes_per_node"] > 0 for r in rows)

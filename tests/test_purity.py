@@ -10,6 +10,7 @@ PURE = [
     *sorted((ROOT / "core").glob("*.py")),
     ROOT / "pipeline" / "radix_tree.py",
     ROOT / "pipeline" / "sampling.py",
+    ROOT / "pipeline" / "loads.py",
     ROOT / "pipeline" / "output.py",
     ROOT / "pipeline" / "detokenize.py",
     ROOT / "pipeline" / "stop.py",

@@ -47,7 +47,7 @@ class RegistryActor(Actor):
         health_cfg: HealthConfig,
         breaker_cfg: CircuitBreakerConfig,
         on_removed: Callable[[WorkerSnapshot], None] | None = None,
-        on_transition: Callable[[str, str, Any], None] | None = None,
+        on_transition: Callable[[WorkerSnapshot, str, Any], None] | None = None,
     ) -> None:
         super().__init__()
         self.cell = cell

@@ -35,7 +35,7 @@ class WorkerActor(Actor):
         prober: Prober,
         health_cfg: HealthConfig,
         breaker_cfg: CircuitBreakerConfig,
-        on_transition: Callable[[str, str, Any], None] | None = None,
+        on_transition: Callable[[WorkerSnapshot, str, Any], None] | None = None,
     ) -> None:
         super().__init__()
         self.snapshot = initial
@@ -69,7 +69,7 @@ class WorkerActor(Actor):
             case BreakerPoll():
                 transition = self.breaker.poll(self.clock.now())
                 if transition is not None:
-                    self._notify("breaker", transition.to)
+                    self._notify("breaker", transition.to, self.snapshot)
                     self._publish(self.snapshot)
             case ProbeTick():
                 if not self._probing:
@@ -101,7 +101,7 @@ class WorkerActor(Actor):
                 "worker_health", worker=snap.url, status=changed.value, detail=result.detail or None
             )
             snap = replace(snap, health=changed)
-            self._notify("health", changed)
+            self._notify("health", changed, snap)
         self._publish(snap)
         if self.health.status is HealthStatus.PENDING:
             # registering: check again soon rather than a whole interval later
@@ -112,7 +112,7 @@ class WorkerActor(Actor):
         transition = self.breaker.record(success, now)
         if transition is not None:
             log.info("worker_breaker", worker=self.snapshot.url, state=transition.to.label)
-            self._notify("breaker", transition.to)
+            self._notify("breaker", transition.to, self.snapshot)
             until = self.breaker.open_until
             if until is not None:
                 self.tell_later(max(0.0, until - now), BreakerPoll())
@@ -131,9 +131,10 @@ class WorkerActor(Actor):
             self.snapshot = snap
             self.registry.tell(WorkerChanged(snap))
 
-    def _notify(self, what: str, value: Any) -> None:
+    def _notify(self, what: str, value: Any, snap: WorkerSnapshot) -> None:
+        """Tell the owner about a health or breaker transition, with the snapshot it produces."""
         if self.on_transition is not None:
-            self.on_transition(self.worker_id, what, value)
+            self.on_transition(snap, what, value)
 
 
 def initial_snapshot(

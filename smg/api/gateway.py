@@ -21,6 +21,9 @@ from aiohttp import web
 
 from smg import errors
 from smg.actors.cache_index import CacheIndexActor, ForgetWorker
+from smg.actors.kv_events import KvEventsActor, KvEventsConfig, Unwatch, Watch
+from smg.actors.load_monitor import ForgetWorker as ForgetLoad
+from smg.actors.load_monitor import LoadMonitorActor, LoadReport, make_fetch, monitoring_enabled
 from smg.actors.messages import AddWorker
 from smg.actors.registry import RegistryActor
 from smg.actors.request import InFlight
@@ -37,13 +40,16 @@ from smg.api.relay import HttpRelay
 from smg.api.requests import new_request_id, request_id_of
 from smg.clock import Clock, LoopClock
 from smg.config import GatewayConfig, effective_max_concurrency
+from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
 from smg.metrics import Metrics
 from smg.pipeline.backends.grpc import EngineClient
-from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber
+from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber, is_grpc_url
 from smg.pipeline.backends.http import HttpBackend, HttpProber
+from smg.pipeline.kv_index import KvIndexes
+from smg.pipeline.loads import LoadBoard, WorkerLoad
 from smg.pipeline.parser_choice import ParserChoice
-from smg.pipeline.policies import make_policy
+from smg.pipeline.policies import CacheAwarePolicy, make_policy
 from smg.pipeline.runner import Runner
 from smg.pipeline.tokenizer import Tokenizer
 
@@ -51,7 +57,7 @@ log = structlog.get_logger("smg.gateway")
 
 _PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness", "/v1/models"})
 _ID_PREFIX = {"/v1/chat/completions": "chatcmpl-", "/v1/completions": "cmpl-"}
-_TEXT_POLICIES = frozenset({"cache_aware", "consistent_hashing"})
+_TEXT_POLICIES = frozenset({"cache_aware", "consistent_hashing", "prefix_hash", "bucket"})
 _TOKENIZER_LOAD_TIMEOUT_S = 300.0
 # aiohttp's default listen backlog (128) overflows at a few hundred concurrent connects.
 _BACKLOG = 4096
@@ -91,7 +97,15 @@ class Gateway:
             adm.queue_timeout_secs,
             self.clock,
         )
-        self.policy = make_policy(cfg.routing.policy, cfg.routing, self.rng, self.clock.now)
+        self.loads: SnapshotCell[LoadBoard] = SnapshotCell(LoadBoard())
+        self.policy = make_policy(
+            cfg.routing.policy, cfg.routing, self.rng, self.clock.now, loads=self.loads
+        )
+        self._load_monitor: ActorRef | None = None
+        self._kv_events: ActorRef | None = None
+        self.kv_indexes = KvIndexes()
+        if isinstance(self.policy, CacheAwarePolicy):
+            self.policy.kv_index = self.kv_indexes
         self._registry: ActorRef | None = None
         self._cache_index: ActorRef | None = None
         self._tokenizer_registry: ActorRef | None = None
@@ -266,6 +280,31 @@ class Gateway:
                         ),
                     )
                 )
+                if monitoring_enabled(cfg.routing):
+                    self._load_monitor = await core.start_child(
+                        ChildSpec(
+                            "load_monitor",
+                            lambda: LoadMonitorActor(
+                                cell=self.loads,
+                                workers=lambda: self.registry_cell.value.workers,
+                                fetch=make_fetch(
+                                    self.engines,
+                                    session,
+                                    timeout_s=cfg.health.health_check_timeout_secs,
+                                ),
+                                interval_s=cfg.routing.load_monitor_interval,
+                            ),
+                        )
+                    )
+                if isinstance(self.policy, CacheAwarePolicy):
+                    self._kv_events = await core.start_child(
+                        ChildSpec(
+                            "kv_events",
+                            lambda: KvEventsActor(
+                                KvEventsConfig(), indexes=self.kv_indexes, on_load=self._on_kv_load
+                            ),
+                        )
+                    )
                 for url in cfg.workers.worker_urls:
                     await self._registry.ask(AddWorker(url, api_key=cfg.server.api_key), 10.0)
                 try:
@@ -351,12 +390,29 @@ class Gateway:
     def _on_worker_removed(self, snap: WorkerSnapshot) -> None:
         if self._cache_index is not None and self._cache_index.alive:
             self._cache_index.tell(ForgetWorker(snap.worker_id))
+        if self._load_monitor is not None and self._load_monitor.alive:
+            self._load_monitor.tell(ForgetLoad(snap.worker_id))
+        if self._kv_events is not None and self._kv_events.alive:
+            self._kv_events.tell(Unwatch(snap.worker_id))
 
-    def _on_transition(self, worker_id: str, kind: str, value: Any) -> None:
-        snap = self.registry_cell.value.by_id.get(worker_id)
-        url = snap.url if snap is not None else worker_id
+    def _on_transition(self, snap: WorkerSnapshot, kind: str, value: Any) -> None:
         to = getattr(value, "value", None) if kind == "health" else getattr(value, "name", "")
-        self.metrics.transition(url, kind, str(to).lower())
+        self.metrics.transition(snap.url, kind, str(to).lower())
+        if (
+            kind == "health"
+            and value is HealthStatus.READY
+            and self._kv_events is not None
+            and snap.model_id is not None
+            and is_grpc_url(snap.url)
+        ):
+            # A worker that (re)became ready: follow its KV events (re-watching replaces the
+            # stream; the index rebuilds from the engine's replay).
+            client = self.engines.client(snap.url)
+            self._kv_events.tell(Watch(snap.worker_id, snap.model_id, client.subscribe_kv_events))
+
+    def _on_kv_load(self, worker_id: str, load: Any) -> None:
+        if self._load_monitor is not None and self._load_monitor.alive:
+            self._load_monitor.tell(LoadReport(worker_id, WorkerLoad.from_engine_load(load)))
 
 
 def _bound_port(site: web.TCPSite) -> int | None:

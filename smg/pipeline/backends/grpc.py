@@ -17,6 +17,7 @@ Two channels per engine, each on its own TCP connection (`use_local_subchannel_p
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
@@ -300,6 +301,40 @@ class EngineClient:
                 if chunk is grpc.aio.EOF:
                     return
                 yield chunk.data, chunk.sha256
+        finally:
+            if not call.done():
+                call.cancel()
+
+    async def subscribe_kv_events(
+        self, start_sequence_number: int = 0
+    ) -> AsyncIterator[common_pb2.KvEventBatch]:
+        """The SubscribeKvEvents stream (both runtimes serve the common messages), from
+        `start_sequence_number` (0: live only), with load records before the first batch. Runs
+        on the data channel, whose keepalive finds a dead engine on a silent stream. Ends when
+        the engine ends the stream; a failure raises `UpstreamError`; closing or cancelling the
+        consumer cancels the call. A call cancelled under us (the channel was closed) is an
+        `UpstreamError` too, not a `CancelledError` that would end the consumer's task."""
+        request = common_pb2.SubscribeKvEventsRequest(
+            start_sequence_number=start_sequence_number, load_records_before_first_batch=True
+        )
+        call = self._data.SubscribeKvEvents(request)
+        try:
+            while True:
+                try:
+                    batch = await call.read()
+                except grpc.aio.AioRpcError as exc:
+                    err = self._error(exc, None)
+                    if isinstance(err, EngineError):
+                        err = UpstreamError("stream", f"{self.url}: {err}")
+                    raise err from exc
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise
+                    raise UpstreamError("connect", f"{self.url}: the channel was closed") from None
+                if batch is grpc.aio.EOF:
+                    return
+                yield batch
         finally:
             if not call.done():
                 call.cancel()

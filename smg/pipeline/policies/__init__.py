@@ -6,23 +6,30 @@ import random
 from collections.abc import Callable
 
 from smg.config import RoutingConfig
+from smg.pipeline.loads import BoardCell, WaitParams
 from smg.pipeline.policies.base import Candidate, Policy, RouteRequest, least_loaded
+from smg.pipeline.policies.bucket import BucketPolicy
 from smg.pipeline.policies.cache_aware import CacheAwarePolicy, CacheAwareState
 from smg.pipeline.policies.consistent_hashing import ConsistentHashingPolicy, HashRing
+from smg.pipeline.policies.least_load import LeastLoadPolicy
 from smg.pipeline.policies.manual import ManualPolicy
 from smg.pipeline.policies.power_of_two import PowerOfTwoPolicy
+from smg.pipeline.policies.prefix_hash import PrefixHashPolicy
 from smg.pipeline.policies.random_policy import RandomPolicy
 from smg.pipeline.policies.round_robin import RoundRobinPolicy
 
 __all__ = [
+    "BucketPolicy",
     "CacheAwarePolicy",
     "CacheAwareState",
     "Candidate",
     "ConsistentHashingPolicy",
     "HashRing",
+    "LeastLoadPolicy",
     "ManualPolicy",
     "Policy",
     "PowerOfTwoPolicy",
+    "PrefixHashPolicy",
     "RandomPolicy",
     "RoundRobinPolicy",
     "RouteRequest",
@@ -38,18 +45,26 @@ def make_policy(
     now: Callable[[], float],
     *,
     cache_state: CacheAwareState | None = None,
+    loads: BoardCell | None = None,
 ) -> Policy:
     """The policy called `name` (one of `smg.config.POLICIES`), set up from `cfg`.
 
-    `cache_state` lets the caller own cache-aware's trees (e.g. a cache-index actor).
+    `cache_state` lets the caller own cache-aware's trees (e.g. a cache-index actor). `loads` is
+    the load monitor's `SnapshotCell[LoadBoard]`, read by least_load and power_of_two (without
+    it they compare requests in flight).
     """
+    wait = WaitParams(
+        kv_pressure_weight=cfg.least_load_kv_pressure_weight,
+        default_throughput=cfg.least_load_default_throughput,
+        mean_prefill_tokens=cfg.least_load_mean_prefill_tokens,
+    )
     match name:
         case "round_robin":
             return RoundRobinPolicy()
         case "random":
             return RandomPolicy(rng)
         case "power_of_two":
-            return PowerOfTwoPolicy(rng)
+            return PowerOfTwoPolicy(rng, loads=loads, now=now, params=wait)
         case "cache_aware":
             return CacheAwarePolicy(
                 cache_threshold=cfg.cache_threshold,
@@ -62,4 +77,21 @@ def make_policy(
             return ConsistentHashingPolicy(rng)
         case "manual":
             return ManualPolicy(rng)
+        case "least_load":
+            return LeastLoadPolicy(
+                loads, now, params=wait, max_waiting_requests=cfg.least_load_max_waiting_requests
+            )
+        case "prefix_hash":
+            return PrefixHashPolicy(
+                prefix_token_count=cfg.prefix_token_count,
+                load_factor=cfg.prefix_hash_load_factor,
+                balance_abs_threshold=cfg.prefix_hash_balance_abs_threshold,
+            )
+        case "bucket":
+            return BucketPolicy(
+                now,
+                adjust_interval_s=cfg.bucket_adjust_interval_secs,
+                balance_abs_threshold=cfg.balance_abs_threshold,
+                balance_rel_threshold=cfg.balance_rel_threshold,
+            )
     raise ValueError(f"unknown routing policy {name!r}")

@@ -14,6 +14,12 @@ text):
 
 A request with no text and no tokens goes to the least-loaded candidate and leaves the tree alone.
 
+With a `kv_index` (the engines' KV events, see `smg.pipeline.kv_index`) and token ids, step 2
+scores each candidate whose index is authoritative by its run of consecutive cached blocks
+(`blocks * block_size / len(tokens)`); the others are scored by the tree as above. The highest
+share wins the same way (least-loaded among those holding it, if above `cache_threshold`). The
+tree is still updated for every winner, so it is warm when a worker's stream falls back to it.
+
 Unlike the Rust gateway, the match only counts routable candidates: a prefix held by a worker that
 is down must not pin requests to nobody. The trees live in a `CacheAwareState` that the policy only
 references, so a cache-index actor can own them (and run the periodic `evict`) later.
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from smg.pipeline.kv_index import KvIndex, KvIndexes
 from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
 from smg.pipeline.radix_tree import RadixTree
 
@@ -63,7 +70,7 @@ class CacheAwareState:
 
 
 class CacheAwarePolicy:
-    __slots__ = ("_abs", "_now", "_rel", "_state", "_threshold")
+    __slots__ = ("_abs", "_now", "_rel", "_state", "_threshold", "kv_index")
 
     name = "cache_aware"
 
@@ -75,7 +82,9 @@ class CacheAwarePolicy:
         balance_rel_threshold: float,
         now: Callable[[], float],
         state: CacheAwareState | None = None,
+        kv_index: KvIndexes | None = None,
     ) -> None:
+        self.kv_index = kv_index  # settable after construction: the KV-events actor owns it
         self._threshold = cache_threshold
         self._abs = balance_abs_threshold
         self._rel = balance_rel_threshold
@@ -103,9 +112,13 @@ class CacheAwarePolicy:
         if max_load - min_load > self._abs and max_load > min_load * self._rel:
             choice = loads.index(min_load)
         else:
-            match = tree.match(key, among=frozenset(ids))
-            if match.matched / len(key) > self._threshold:
-                holders = set(match.tenants)
+            kv = self._kv(request)
+            if kv is not None and tokens is not None:
+                share, holders = self._kv_match(kv, tree, ids, tokens)
+            else:
+                match = tree.match(key, among=frozenset(ids))
+                share, holders = match.matched / len(key), set(match.tenants)
+            if share > self._threshold:
                 choice = min((i for i in range(n) if ids[i] in holders), key=loads.__getitem__)
             else:
                 size = tree.tenant_size
@@ -113,6 +126,35 @@ class CacheAwarePolicy:
                 choice = room.index(min(room))
         tree.insert(key, ids[choice], self._now())
         return choice
+
+    def _kv(self, request: RouteRequest) -> KvIndex | None:
+        if self.kv_index is None or not request.tokens:
+            return None
+        return self.kv_index.get(request.model or "")
+
+    @staticmethod
+    def _kv_match(
+        kv: KvIndex, tree: RadixTree, ids: list[str], tokens: Sequence[int]
+    ) -> tuple[float, set[str]]:
+        """The best cached share of `tokens` and who holds it: KV blocks for the workers whose
+        index is authoritative, the tree for the rest."""
+        n = len(tokens)
+        counts = kv.match(ids, tokens)
+        share = 0.0
+        holders: set[str] = set()
+        top = max(counts.values(), default=0)
+        if top and kv.block_size:
+            share = top * kv.block_size / n
+            holders = {wid for wid, c in counts.items() if c == top}
+        rest = [wid for wid in ids if wid not in counts]
+        if rest:
+            match = tree.match(tokens, among=frozenset(rest))
+            tree_share = match.matched / n
+            if tree_share > share:
+                share, holders = tree_share, set(match.tenants)
+            elif tree_share == share and share > 0:
+                holders.update(match.tenants)
+        return share, holders
 
     def evict(self, max_tree_size: int) -> int:
         """Bound every worker's share of each model's tree; for the periodic eviction loop."""

@@ -69,6 +69,13 @@ def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str)
                 *names, dest=dest, action="store_true", default=default, help=help_text
             )
             continue
+        if kind is tuple and f.metadata.get("nargs") == "append+":
+            # `--flag A [B ...]`, repeatable: each occurrence is one space-joined entry
+            entries = [e.split() for e in env.split(",")] if env is not None else list(default)
+            parser.add_argument(
+                *names, dest=dest, action="append", nargs="+", default=entries, help=help_text
+            )
+            continue
         if kind is tuple:
             if env is not None:
                 default = tuple(env.replace(",", " ").split())
@@ -92,7 +99,9 @@ def build_section(cls: type, ns: argparse.Namespace, dest_prefix: str) -> Any:
         dest = f"{dest_prefix}{f.name}"
         if hasattr(ns, dest):
             v = getattr(ns, dest)
-            values[f.name] = tuple(v) if isinstance(v, list) else v
+            if isinstance(v, list):  # an "append+" knob's entries are lists of words
+                v = tuple(" ".join(x) if isinstance(x, list) else x for x in v)
+            values[f.name] = v
     return cls(**values)
 
 

@@ -66,6 +66,28 @@ class WorkersConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PdConfig:
+    """Prefill/decode disaggregation (SGLang style): each request goes to a prefill and a decode
+    worker at once, both told where the prefill worker's KV bootstrap server listens."""
+
+    pd_disaggregation: bool = knob(False, "Route every request to a prefill + decode pair.")
+    prefill: tuple[str, ...] = knob(
+        (),
+        "Prefill worker: URL [BOOTSTRAP_PORT|none]; repeat the flag for more.",
+        nargs="append+",
+    )
+    decode: tuple[str, ...] = knob(
+        (), "Decode worker URL; repeat the flag for more.", nargs="append+"
+    )
+    prefill_policy: str | None = knob(
+        None, "Policy choosing the prefill worker (default: --policy).", choices=POLICIES
+    )
+    decode_policy: str | None = knob(
+        None, "Policy choosing the decode worker (default: --policy).", choices=POLICIES
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class RoutingConfig:
     policy: str = knob("cache_aware", "Load-balancing policy.", choices=POLICIES)
     cache_threshold: float = knob(
@@ -210,6 +232,7 @@ class GatewayConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    pd: PdConfig = field(default_factory=PdConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     breaker: CircuitBreakerConfig = field(default_factory=CircuitBreakerConfig)
@@ -231,6 +254,14 @@ class SimConfig:
     failure_rate: float = knob(0.0, "Share of requests answered 500, at random.")
     seed: int = knob(0, "Seed of the worker's randomness (output text, failures).")
     unhealthy: bool = knob(False, "Start with /health answering 503 (toggle at /sim/health).")
+    role: str = knob(
+        "regular",
+        "PD role: decode insists on bootstrap_host/port/room; prefill answers one token.",
+        choices=("regular", "prefill", "decode"),
+    )
+    bootstrap_port: int | None = knob(
+        None, "KV bootstrap port reported in /get_server_info (prefill role)."
+    )
 
 
 def sections(cfg_type: type) -> list[dataclasses.Field[Any]]:

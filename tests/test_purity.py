@@ -15,6 +15,7 @@ PURE = [
     ROOT / "pipeline" / "detokenize.py",
     ROOT / "pipeline" / "stop.py",
     ROOT / "pipeline" / "token_cache.py",
+    ROOT / "pipeline" / "pd.py",
     ROOT / "pipeline" / "backends" / "grpc_convert.py",
     ROOT / "sim" / "engine_core.py",
     ROOT / "sim" / "script.py",

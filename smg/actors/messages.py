@@ -42,6 +42,7 @@ class AddWorker:
     priority: int = 50
     cost: float = 1.0
     labels: tuple[tuple[str, str], ...] = ()
+    bootstrap_port: int | None = None  # a prefill worker's KV bootstrap port (PD mode)
 
 
 @dataclass(frozen=True, slots=True)

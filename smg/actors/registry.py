@@ -93,6 +93,7 @@ class RegistryActor(Actor):
             priority=msg.priority,
             cost=msg.cost,
             labels=msg.labels,
+            bootstrap_port=msg.bootstrap_port,
         )
         self.workers[worker_id] = snap
         self._publish()

@@ -50,6 +50,7 @@ class WorkerSnapshot:
     priority: int = 50
     cost: float = 1.0
     labels: tuple[tuple[str, str], ...] = ()
+    bootstrap_port: int | None = None  # a prefill worker's KV bootstrap port (PD mode)
     # The breaker needs to hear about successes only while it is counting something.
     breaker_counting: bool = False
     # Where the request path reports outcomes (the worker's own actor); set once it runs.

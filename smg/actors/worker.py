@@ -148,6 +148,7 @@ def initial_snapshot(
     priority: int = 50,
     cost: float = 1.0,
     labels: tuple[tuple[str, str], ...] = (),
+    bootstrap_port: int | None = None,
 ) -> WorkerSnapshot:
     return WorkerSnapshot(
         worker_id=worker_id,
@@ -161,4 +162,5 @@ def initial_snapshot(
         priority=priority,
         cost=cost,
         labels=labels,
+        bootstrap_port=bootstrap_port,
     )

@@ -21,6 +21,7 @@ from smg.actors.runtime import ActorRef
 from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.api import requests as rq
 from smg.core.health import HealthStatus
+from smg.pipeline.pd import readiness_gap
 
 _SCHEMES = ("http://", "https://", "grpc://", "grpcs://")
 _ADMIN_ASK_TIMEOUT_S = 10.0
@@ -51,6 +52,7 @@ def worker_json(w: WorkerSnapshot) -> dict[str, Any]:
         "status": w.health.value,
         "circuit_breaker": w.breaker.state.name.lower(),
         "load": w.counter.active,
+        "bootstrap_port": w.bootstrap_port,
     }
 
 
@@ -63,12 +65,14 @@ class AdminRoutes:
         is_draining: Callable[[], bool],
         max_payload: int,
         default_api_key: str | None,
+        pd_mode: bool = False,
     ) -> None:
         self.cell = registry_cell
         self.registry = registry
         self.is_draining = is_draining
         self.max_payload = max_payload
         self.default_api_key = default_api_key
+        self.pd_mode = pd_mode
         self.started = int(time.time())
 
     def install(self, app: web.Application) -> None:
@@ -91,6 +95,11 @@ class AdminRoutes:
         healthy = sum(1 for w in snap.workers if w.healthy)
         if self.is_draining():
             return _json({"status": "not ready", "reason": "draining"}, 503)
+        if self.pd_mode:
+            role = readiness_gap(snap.workers)
+            if role is not None:
+                reason = f"no healthy {role} worker"
+                return _json({"status": "not ready", "reason": reason}, 503)
         if healthy == 0:
             return _json({"status": "not ready", "reason": "insufficient healthy workers"}, 503)
         return _json(
@@ -167,6 +176,13 @@ class AdminRoutes:
         worker_type = body.get("worker_type", "regular")
         if worker_type not in ("regular", "prefill", "decode"):
             return _flat_error(400, "BAD_REQUEST", f"Invalid worker_type '{worker_type}'")
+        bootstrap_port = body.get("bootstrap_port")
+        if bootstrap_port is not None and (
+            type(bootstrap_port) is not int or not 0 < bootstrap_port < 65536
+        ):
+            return _flat_error(
+                400, "BAD_REQUEST", "Invalid JSON data: `bootstrap_port` must be a port or null"
+            )
         api_key = body.get("api_key", self.default_api_key)
         labels = body.get("labels") or {}
         if not isinstance(labels, dict):
@@ -179,6 +195,7 @@ class AdminRoutes:
             priority=int(body.get("priority", 50)),
             cost=float(body.get("cost", 1.0)),
             labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+            bootstrap_port=bootstrap_port,
         )
         try:
             snap: WorkerSnapshot = await self.registry().ask(msg, _ADMIN_ASK_TIMEOUT_S)

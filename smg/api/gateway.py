@@ -35,6 +35,7 @@ from smg.api.admin_routes import AdminRoutes
 from smg.api.admission import Admission
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
+from smg.api.pd_routes import PdRoutes
 from smg.api.pipeline_routes import PipelineRoutes
 from smg.api.relay import HttpRelay
 from smg.api.requests import new_request_id, request_id_of
@@ -43,13 +44,14 @@ from smg.config import GatewayConfig, effective_max_concurrency
 from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
 from smg.metrics import Metrics
+from smg.pipeline import pd
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber, is_grpc_url
 from smg.pipeline.backends.http import HttpBackend, HttpProber
 from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard, WorkerLoad
 from smg.pipeline.parser_choice import ParserChoice
-from smg.pipeline.policies import CacheAwarePolicy, make_policy
+from smg.pipeline.policies import CacheAwarePolicy, Policy, make_policy
 from smg.pipeline.runner import Runner
 from smg.pipeline.tokenizer import Tokenizer
 
@@ -85,6 +87,7 @@ class Gateway:
         rng: random.Random | None = None,
     ) -> None:
         self.cfg = cfg
+        startup_workers(cfg)  # a malformed --prefill entry fails here, before anything starts
         self.clock: Clock = clock or LoopClock()
         self.rng = rng or random.Random()
         self.draining = False
@@ -150,7 +153,8 @@ class Gateway:
             admission=self.admission,
             inflight=self.inflight,
             max_payload=srv.max_payload_size,
-            wants_text=self.cfg.routing.policy in _TEXT_POLICIES,
+            wants_text=bool(self._text_policies() & _TEXT_POLICIES),
+            pd=self._pd_routes(runner, backend),
         )
         openai.install(app)
         NativeRoutes(
@@ -166,8 +170,35 @@ class Gateway:
             is_draining=lambda: self.draining,
             max_payload=srv.max_payload_size,
             default_api_key=srv.api_key,
+            pd_mode=self.cfg.pd.pd_disaggregation,
         ).install(app)
         return app
+
+    def _text_policies(self) -> set[str]:
+        pdc, name = self.cfg.pd, self.cfg.routing.policy
+        if not pdc.pd_disaggregation:
+            return {name}
+        return {pdc.prefill_policy or name, pdc.decode_policy or name}
+
+    def _pd_routes(self, runner: Runner, backend: HttpBackend) -> PdRoutes | None:
+        pdc = self.cfg.pd
+        if not pdc.pd_disaggregation:
+            return None
+
+        def policy(name: str | None) -> Policy:
+            chosen = name or self.cfg.routing.policy
+            if chosen == self.cfg.routing.policy:
+                return self.policy  # share its state (cache-aware trees, KV index)
+            return make_policy(chosen, self.cfg.routing, self.rng, self.clock.now, loads=self.loads)
+
+        return PdRoutes(
+            backend=backend,
+            prefill_policy=policy(pdc.prefill_policy),
+            decode_policy=policy(pdc.decode_policy),
+            clock=self.clock,
+            rng=self.rng,
+            metrics=self.metrics,
+        )
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -305,8 +336,8 @@ class Gateway:
                             ),
                         )
                     )
-                for url in cfg.workers.worker_urls:
-                    await self._registry.ask(AddWorker(url, api_key=cfg.server.api_key), 10.0)
+                for msg in startup_workers(cfg):
+                    await self._registry.ask(msg, 10.0)
                 try:
                     await self._serve(runner, backend, stop)
                 finally:
@@ -413,6 +444,18 @@ class Gateway:
     def _on_kv_load(self, worker_id: str, load: Any) -> None:
         if self._load_monitor is not None and self._load_monitor.alive:
             self._load_monitor.tell(LoadReport(worker_id, WorkerLoad.from_engine_load(load)))
+
+
+def startup_workers(cfg: GatewayConfig) -> list[AddWorker]:
+    """The workers named on the command line; in PD mode also the prefill and decode ones."""
+    key = cfg.server.api_key
+    out = [AddWorker(url, api_key=key) for url in cfg.workers.worker_urls]
+    if cfg.pd.pd_disaggregation:
+        for entry in cfg.pd.prefill:
+            url, port = pd.parse_prefill(entry)
+            out.append(AddWorker(url, api_key=key, worker_type=pd.PREFILL, bootstrap_port=port))
+        out += [AddWorker(url, api_key=key, worker_type=pd.DECODE) for url in cfg.pd.decode]
+    return out
 
 
 def _bound_port(site: web.TCPSite) -> int | None:

@@ -15,6 +15,7 @@ from smg.actors.request import InFlight
 from smg.actors.snapshots import WorkerSnapshot
 from smg.api import requests as rq
 from smg.api.admission import Admission
+from smg.api.pd_routes import PdRoutes
 from smg.api.pipeline_routes import ROUTING_KEY_HEADER, PipelineRoutes
 from smg.api.relay import HttpRelay
 from smg.pipeline.backends.http import forward_headers
@@ -34,6 +35,7 @@ class OpenAIRoutes:
         inflight: InFlight,
         max_payload: int,
         wants_text: bool,
+        pd: PdRoutes | None = None,
     ) -> None:
         self.runner = runner
         self.relay = relay
@@ -42,6 +44,7 @@ class OpenAIRoutes:
         self.inflight = inflight
         self.max_payload = max_payload
         self.wants_text = wants_text  # the policy keys on request text (cache-aware, hashing)
+        self.pd = pd  # prefill/decode disaggregation: every request goes to a PD pair
 
     def install(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -108,6 +111,16 @@ class OpenAIRoutes:
         await self.admission.acquire()
         try:
             with self.inflight.track(request_id):
+                if self.pd is not None:
+                    return await self.pd.serve(
+                        request,
+                        path=path,
+                        body=body,
+                        candidates=self.runner.candidates(model),
+                        route=route,
+                        stream=stream,
+                        request_id=request_id,
+                    )
                 backend = self.relay.backend
                 headers = request.headers
 

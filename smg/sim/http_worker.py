@@ -75,6 +75,8 @@ class Stats:
     cancelled_streams: int = 0
     in_flight: int = 0
     in_flight_tokens: int = 0
+    # PD: generation requests seen per bootstrap_room (as a string: JSON keys)
+    rooms: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def _error_response(err: ApiError) -> web.Response:
@@ -166,6 +168,7 @@ class SimWorker:
     async def _generate(
         self, request: web.Request, body: dict[str, Any], beh: Behaviour, chat: bool
     ) -> web.StreamResponse:
+        body = self._pd_role(body)
         tokens, model = beh.output_tokens, self.cfg.model
         plan = plan_request(
             body, chat=chat, default_tokens=tokens, default_model=model, gen=self.gen
@@ -179,6 +182,30 @@ class SimWorker:
             return await self._unary(plan, beh)
         finally:
             self.stats.in_flight_tokens -= tokens
+
+    def _pd_role(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Count the request's bootstrap room; a decode worker insists on the bootstrap fields,
+        a prefill worker answers one token (its real output is the KV cache it hands over)."""
+        room = body.get("bootstrap_room")
+        role = self.cfg.role
+        if role == "decode":
+            host, port = body.get("bootstrap_host"), body.get("bootstrap_port", "missing")
+            if not isinstance(host, str) or type(room) is not int:
+                raise invalid_request(
+                    "A decode worker needs bootstrap_host and bootstrap_room",
+                    param="bootstrap_room",
+                )
+            if port is not None and type(port) is not int:
+                raise invalid_request(
+                    "bootstrap_port must be an integer or null", param="bootstrap_port"
+                )
+        if room is not None:
+            key = str(room)
+            self.stats.rooms[key] = self.stats.rooms.get(key, 0) + 1
+        if role == "prefill":
+            body = {k: v for k, v in body.items() if k != "max_completion_tokens"}
+            body["max_tokens"] = 1
+        return body
 
     def _usage(self, plan: Plan) -> dict[str, int]:
         completion = plan.max_tokens * len(plan.offsets)
@@ -324,6 +351,8 @@ class SimWorker:
         info |= {"tp_size": 1, "dp_size": 1, "pp_size": 1, "context_length": CONTEXT_LENGTH}
         info |= {"max_total_num_tokens": 1_000_000, "max_running_requests": 4096}
         info |= {"max_req_input_len": CONTEXT_LENGTH - 1, "version": SIM_VERSION}
+        info |= {"disaggregation_mode": "null" if cfg.role == "regular" else cfg.role}
+        info["disaggregation_bootstrap_port"] = cfg.bootstrap_port
         info["internal_states"] = [{"last_gen_throughput": 0.0, "load": st.in_flight}]
         return _json(info)
 

@@ -216,6 +216,9 @@ def _flags(options: dict[str, Any]) -> list[str]:
             out.append(flag)
         elif value is False or value is None:
             continue
+        elif isinstance(value, list | tuple) and value and isinstance(value[0], list | tuple):
+            for entry in value:  # a repeatable flag: `--prefill URL PORT --prefill URL`
+                out += [flag, *map(str, entry)]
         elif isinstance(value, list | tuple):
             out += [flag, *map(str, value)]
         else:
@@ -452,11 +455,23 @@ class Launcher:
         ready: int | None = None,
         api_key: str | None = None,
         retries: int = 2,
+        prefill: Iterable[tuple[Sim | str, int | None]] = (),
+        decode: Iterable[Sim | str] = (),
         **options: Any,
     ) -> Gateway:
         """Start a gateway in front of `workers`; wait until `ready` of them (default: all) are
-        ready. Options are `smg launch` flags with underscores (`queue_size=0`)."""
+        ready. Options are `smg launch` flags with underscores (`queue_size=0`). `prefill`
+        ((worker, bootstrap port) pairs) and `decode` workers start it in PD mode."""
         urls = [w if isinstance(w, str) else w.url for w in workers]
+        pd_prefill = [[w if isinstance(w, str) else w.url, p or "none"] for w, p in prefill]
+        pd_decode = [[w if isinstance(w, str) else w.url] for w in decode]
+        if pd_prefill or pd_decode:
+            options = {
+                "pd_disaggregation": True,
+                "prefill": pd_prefill,
+                "decode": pd_decode,
+                **options,
+            }
         port, mport = free_port(), free_port()
         flags: dict[str, Any] = {
             "host": "127.0.0.1",
@@ -475,14 +490,16 @@ class Launcher:
         }
         if urls:
             flags["worker_urls"] = urls
+        total = len(urls) + len(pd_prefill) + len(pd_decode)
         proc = self._start(f"gateway-{port}", ["launch", *_flags(flags)])
         gw = Gateway(proc, port, mport, api_key)
         try:
-            gw.wait_ready(len(urls) if ready is None else ready)
+            gw.wait_ready(total if ready is None else ready)
         except ProcessDied:
             if retries and _address_in_use(proc):
+                again = total if ready is None else ready
                 return self.gateway(
-                    urls, ready=ready, api_key=api_key, retries=retries - 1, **options
+                    urls, ready=again, api_key=api_key, retries=retries - 1, **options
                 )
             raise
         return gw

@@ -1,0 +1,156 @@
+"""Prefill/decode disaggregation over HTTP with real processes: a gateway in PD mode in front of a
+prefill-role sim (with a bootstrap port) and a decode-role sim."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import openai
+import pytest
+
+from .conftest import Launcher, assert_openai_error, wait_until
+
+BOOTSTRAP_PORT = 8998
+MESSAGES = [{"role": "user", "content": "hello pd"}]
+
+
+def _pd(launch: Launcher, **sim_options: object) -> tuple:
+    prefill = launch.sim(role="prefill", bootstrap_port=BOOTSTRAP_PORT, **sim_options)
+    decode = launch.sim(role="decode", **sim_options)
+    gw = launch.gateway(prefill=[(prefill, BOOTSTRAP_PORT)], decode=[decode])
+    return gw, prefill, decode
+
+
+def _rooms(sim) -> dict[str, int]:
+    return sim.stats()["rooms"]
+
+
+def test_pd_non_streaming_and_streaming_share_rooms(launch: Launcher) -> None:
+    gw, prefill, decode = _pd(launch)
+    client = gw.client()
+    done = client.chat.completions.create(model="sim-model", messages=MESSAGES, max_tokens=8)
+    assert done.choices[0].message.content
+    assert done.usage is not None and done.usage.completion_tokens == 8  # the decode answer
+
+    chunks = list(
+        client.chat.completions.create(
+            model="sim-model", messages=MESSAGES, max_tokens=6, stream=True
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and chunks[-1].choices[0].finish_reason == "length"
+
+    comp = client.completions.create(model="sim-model", prompt="abc", max_tokens=3)
+    assert comp.choices[0].text
+
+    p_rooms, d_rooms = _rooms(prefill), _rooms(decode)
+    assert len(d_rooms) == 3 and p_rooms == d_rooms
+    assert all(0 <= int(r) < 2**63 for r in d_rooms)
+    assert prefill.stats()["completed"] == 3 and decode.stats()["completed"] == 3
+
+
+def test_decode_sim_rejects_requests_without_bootstrap(launch: Launcher) -> None:
+    decode = launch.sim(role="decode")
+    gw = launch.gateway([decode])  # a plain gateway: no bootstrap fields are injected
+    r = gw.request("POST", "/v1/chat/completions", {"model": "sim-model", "messages": MESSAGES})
+    assert_openai_error(r, 400, "invalid_value", param="bootstrap_room")
+
+
+def test_prefill_dead_before_request_is_a_clean_502(launch: Launcher) -> None:
+    gw, prefill, decode = _pd(launch)
+    prefill.kill()
+    started = time.monotonic()
+    r = gw.request(
+        "POST",
+        "/v1/chat/completions",
+        {"model": "sim-model", "messages": MESSAGES},
+        timeout_s=10,
+    )
+    assert time.monotonic() - started < 5
+    if r.status == 502:
+        assert_openai_error(r, 502, "pd_prefill_failed")
+    else:  # the health check noticed first: no prefill worker is routable
+        assert_openai_error(r, 503, "no_prefill_worker")
+    wait_until(lambda: decode.stats()["in_flight"] == 0, 5, "no decode leg left in flight")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_prefill_killed_mid_request_fails_fast(launch: Launcher, stream: bool) -> None:
+    gw, prefill, decode = _pd(launch, first_token_ms=30_000)
+    client = gw.client(timeout_s=20)
+    errors: list[BaseException] = []
+    finished = threading.Event()
+
+    def call() -> None:
+        try:
+            out = client.chat.completions.create(
+                model="sim-model", messages=MESSAGES, max_tokens=4, stream=stream
+            )
+            if stream:
+                for _ in out:
+                    pass
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            finished.set()
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    wait_until(lambda: prefill.stats()["in_flight"] == 1, 5, "the prefill leg to arrive")
+    prefill.kill()
+    assert finished.wait(5), "the client hung after the prefill worker died"
+    t.join(1)
+    assert len(errors) == 1
+    err = errors[0]
+    assert isinstance(err, openai.APIError)
+    body = getattr(err, "body", None)
+    code = body.get("code") if isinstance(body, dict) else None
+    assert code == "pd_prefill_failed" or "pd_prefill_failed" in str(err), err
+    # the decode leg was cancelled: nothing stays in flight there
+    wait_until(lambda: decode.stats()["in_flight"] == 0, 5, "the decode leg to be cancelled")
+
+
+def test_readiness_needs_both_roles(launch: Launcher) -> None:
+    gw, prefill, decode = _pd(launch)
+    assert gw.request("GET", "/readiness").status == 200
+    decode.set_healthy(False)
+
+    def not_ready() -> bool:
+        r = gw.request("GET", "/readiness")
+        return r.status == 503 and "decode" in r.json()["reason"]
+
+    wait_until(not_ready, 10, "readiness 503 naming decode")
+    decode.set_healthy(True)
+    prefill.set_healthy(False)
+
+    def prefill_missing() -> bool:
+        r = gw.request("GET", "/readiness")
+        return r.status == 503 and "prefill" in r.json()["reason"]
+
+    wait_until(prefill_missing, 10, "readiness 503 naming prefill")
+    prefill.set_healthy(True)
+    wait_until(lambda: gw.request("GET", "/readiness").status == 200, 10, "readiness 200")
+
+
+def test_workers_api_takes_worker_type_and_bootstrap_port(launch: Launcher) -> None:
+    prefill = launch.sim(role="prefill", bootstrap_port=BOOTSTRAP_PORT)
+    decode = launch.sim(role="decode")
+    gw = launch.gateway(ready=0, pd_disaggregation=True)
+    assert gw.request("GET", "/readiness").status == 503
+    for sim, wtype, port in ((prefill, "prefill", BOOTSTRAP_PORT), (decode, "decode", None)):
+        body = {"url": sim.url, "worker_type": wtype, "bootstrap_port": port}
+        assert gw.request("POST", "/workers", body).status == 202
+    bad = {"url": "http://127.0.0.1:1", "worker_type": "prefill", "bootstrap_port": "x"}
+    assert gw.request("POST", "/workers", bad).status == 400
+    gw.wait_ready(2)
+    by_url = {w["url"]: w for w in gw.workers()}
+    assert by_url[prefill.url]["worker_type"] == "prefill"
+    assert by_url[prefill.url]["bootstrap_port"] == BOOTSTRAP_PORT
+    assert by_url[decode.url]["worker_type"] == "decode"
+    assert by_url[decode.url]["bootstrap_port"] is None
+    stats = gw.request("GET", "/workers").json()["stats"]
+    assert stats["prefill_count"] == 1 and stats["decode_count"] == 1
+    done = gw.client().chat.completions.create(model="sim-model", messages=MESSAGES)
+    assert done.choices[0].message.content
+    assert _rooms(prefill) == _rooms(decode) and len(_rooms(decode)) == 1

@@ -155,6 +155,7 @@ def test_policy_ab_workload_is_seeded_and_mixed() -> None:
     assert len({r.user for r in a}) == len(a)
     counts = [sum(r.prefix_id == k for r in shared) for k in range(20)]
     assert counts[0] > counts[-1]  # Zipf-ish: the first prefix is the most popular
+    assert 0.4 < policy_ab.repeat_share(a) < 0.7  # 20 prefixes: nearly every shared one repeats
 
 
 def test_policy_ab_summary_and_goals() -> None:

@@ -33,12 +33,12 @@ from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
 from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
 from smg.api.admission import Admission
+from smg.api.middleware import edge_middleware
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
 from smg.api.pd_routes import PdRoutes
 from smg.api.pipeline_routes import PipelineRoutes
 from smg.api.relay import HttpRelay
-from smg.api.requests import new_request_id, request_id_of
 from smg.clock import Clock, LoopClock
 from smg.config import GatewayConfig, effective_max_concurrency
 from smg.core.health import HealthStatus
@@ -57,25 +57,10 @@ from smg.pipeline.tokenizer import Tokenizer
 
 log = structlog.get_logger("smg.gateway")
 
-_PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness", "/v1/models"})
-_ID_PREFIX = {"/v1/chat/completions": "chatcmpl-", "/v1/completions": "cmpl-"}
 _TEXT_POLICIES = frozenset({"cache_aware", "consistent_hashing", "prefix_hash", "bucket"})
 _TOKENIZER_LOAD_TIMEOUT_S = 300.0
 # aiohttp's default listen backlog (128) overflows at a few hundred concurrent connects.
 _BACKLOG = 4096
-
-
-def error_response(err: errors.ApiError, request_id: str) -> web.Response:
-    headers = {"X-Request-Id": request_id, "X-SMG-Error-Code": err.code}
-    if err.status == 503:
-        headers["Retry-After"] = "1"
-    elif err.status == 429:
-        headers["Retry-After"] = "2"
-    if err.status == 401:
-        headers["WWW-Authenticate"] = 'Bearer realm="data-plane"'
-    return web.Response(
-        body=err.to_json(), status=err.status, content_type="application/json", headers=headers
-    )
 
 
 class Gateway:
@@ -133,7 +118,9 @@ class Gateway:
     def build_app(self, runner: Runner, backend: HttpBackend) -> web.Application:
         srv = self.cfg.server
         app = web.Application(
-            client_max_size=srv.max_payload_size, middlewares=[self._middleware], handler_args=None
+            client_max_size=srv.max_payload_size,
+            middlewares=[edge_middleware(self.cfg.server.api_key, self.metrics)],
+            handler_args=None,
         )
         relay = HttpRelay(runner, backend)
         pipeline = PipelineRoutes(
@@ -199,61 +186,6 @@ class Gateway:
             rng=self.rng,
             metrics=self.metrics,
         )
-
-    @web.middleware
-    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        loop_time = asyncio.get_running_loop().time
-        start = loop_time()
-        path = request.path
-        rid = request_id_of(request)
-        if rid is None:
-            rid = _ID_PREFIX.get(path, "req-") + new_request_id()
-        request["request_id"] = rid
-        status = 500
-        error_code = ""
-        try:
-            api_key = self.cfg.server.api_key
-            if api_key is not None and path not in _PUBLIC_PATHS:
-                self._check_key(request, api_key)
-            resp = await handler(request)
-            status = resp.status
-        except errors.ApiError as err:
-            resp = error_response(err, rid)
-            status = err.status
-            error_code = err.code
-        except web.HTTPException as exc:
-            mapped = _http_exception_to_api(exc, request)
-            resp = error_response(mapped, rid)
-            status = mapped.status
-            error_code = mapped.code
-        except asyncio.CancelledError:
-            status = 499
-            raise
-        except ConnectionResetError:  # the client left while we wrote to it: nobody to answer
-            status = 499
-            error_code = "client_closed_request"
-            raise
-        except Exception as exc:
-            log.exception("unhandled_error", path=path, request_id=rid)
-            resp = error_response(errors.internal(type(exc).__name__), rid)
-            status = 500
-            error_code = "internal_error"
-        finally:
-            route = request.match_info.route.resource
-            label = route.canonical if route is not None else "other"
-            elapsed = loop_time() - start
-            self.metrics.request_done(request.method, label, status, error_code, elapsed)
-        if not resp.prepared and "X-Request-Id" not in resp.headers:
-            resp.headers["X-Request-Id"] = rid
-        return resp
-
-    @staticmethod
-    def _check_key(request: web.Request, api_key: str) -> None:
-        auth = request.headers.get("Authorization")
-        if not auth or not auth.startswith("Bearer "):
-            raise errors.missing_api_key()
-        if auth[7:].strip() != api_key:
-            raise errors.wrong_api_key()
 
     # --- lifespan --------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -466,13 +398,3 @@ def _bound_port(site: web.TCPSite) -> int | None:
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             return int(sock.getsockname()[1])
     return None
-
-
-def _http_exception_to_api(exc: web.HTTPException, request: web.Request) -> errors.ApiError:
-    if exc.status == 404:
-        return errors.unknown_url(request.method, request.path)
-    if exc.status == 405:
-        return errors.method_not_allowed(request.method, request.path)
-    if exc.status == 413:
-        return errors.payload_too_large(request.app._client_max_size)
-    return errors.ApiError(exc.status, "http_error", exc.reason)

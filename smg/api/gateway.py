@@ -36,6 +36,7 @@ from smg.api.admission import Admission
 from smg.api.middleware import edge_middleware
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
+from smg.api.pd_grpc import GrpcPd
 from smg.api.pd_routes import PdRoutes
 from smg.api.pipeline_routes import PipelineRoutes
 from smg.api.relay import HttpRelay
@@ -123,6 +124,7 @@ class Gateway:
             handler_args=None,
         )
         relay = HttpRelay(runner, backend)
+        pd_routes = self._pd_routes(runner, backend)
         pipeline = PipelineRoutes(
             runner=runner,
             engines=self.engines,
@@ -132,6 +134,9 @@ class Gateway:
             parsers=ParserChoice(
                 self.cfg.tokenizer.reasoning_parser, self.cfg.tokenizer.tool_call_parser
             ),
+            pd=None
+            if pd_routes is None
+            else GrpcPd(routes=pd_routes, engines=self.engines, timeout_s=srv.request_timeout_secs),
         )
         openai = OpenAIRoutes(
             runner=runner,
@@ -141,7 +146,7 @@ class Gateway:
             inflight=self.inflight,
             max_payload=srv.max_payload_size,
             wants_text=bool(self._text_policies() & _TEXT_POLICIES),
-            pd=self._pd_routes(runner, backend),
+            pd=pd_routes,
         )
         openai.install(app)
         NativeRoutes(

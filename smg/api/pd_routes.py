@@ -49,7 +49,7 @@ class LegFailed(Exception):
         )
 
 
-def _leg_done(worker: WorkerSnapshot, success: bool | None) -> None:
+def leg_done(worker: WorkerSnapshot, success: bool | None) -> None:
     counter = worker.counter
     counter.active -= 1
     counter.processed += 1
@@ -151,7 +151,7 @@ class PdRoutes:
             if failure.role == pd.DECODE:
                 decode_success = False
         finally:
-            _leg_done(pair.decode, decode_success)
+            leg_done(pair.decode, decode_success)
         if failure is None:
             assert out is not None
             return out
@@ -195,7 +195,7 @@ class PdRoutes:
             success = False
             raise
         finally:
-            _leg_done(worker, success)  # cancelled (the decode leg failed): outcome unknown
+            leg_done(worker, success)  # cancelled (the decode leg failed): outcome unknown
 
     @staticmethod
     def _tag(out: web.StreamResponse, pair: pd.PdPair, request_id: str) -> None:

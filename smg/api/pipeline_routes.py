@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from aiohttp import web
 
 from smg import errors
 from smg.actors.snapshots import SnapshotCell, WorkerSnapshot
+from smg.api.pd_grpc import GrpcPd
 from smg.api.relay import HttpRelay
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
 from smg.pipeline.backends.http import forward_headers
@@ -57,8 +58,10 @@ class PipelineRoutes:
         relay: HttpRelay,
         request_timeout_s: float,
         parsers: ParserChoice,
+        pd: GrpcPd | None = None,
     ) -> None:
         self.parsers = parsers
+        self.pd = pd  # PD mode: gRPC-served models answer from a prefill/decode pair
         self.runner = runner
         self.engines = engines
         self.tokenizers = tokenizers
@@ -173,6 +176,14 @@ class PipelineRoutes:
         stream: bool,
         request_id: str,
     ) -> web.StreamResponse:
+        if self.pd is not None:
+            return await self.pd.run(
+                self,
+                request,
+                prepared,
+                self._route(request, prepared),
+                self._engine_request(prepared, stream),
+            )
         attempt = await self.open(request, prepared, raw=raw, path=path, stream=stream)
         if isinstance(attempt.response, aiohttp.ClientResponse):
             return await self.relay.answer(request, attempt, request_id, stream)
@@ -193,18 +204,8 @@ class PipelineRoutes:
         """Route on the prompt's tokens and start the call: an `EngineStream` for a gRPC worker,
         an HTTP response (to the client's original body) for an HTTP one."""
         request_id = prepared.spec.response_id
-        engine_request = EngineRequest(
-            request_id=request_id,
-            input_ids=tuple(prepared.input_ids),
-            sampling=prepared.sampling,
-            stream=stream,
-            original_text=prepared.prompt_text,
-        )
-        route = RouteRequest(
-            tokens=prepared.input_ids,
-            routing_key=request.headers.get(ROUTING_KEY_HEADER),
-            model=prepared.model,
-        )
+        engine_request = self._engine_request(prepared, stream)
+        route = self._route(request, prepared)
         engines, timeout_s, backend = self.engines, self.timeout_s, self.relay.backend
         headers = request.headers
 
@@ -215,10 +216,55 @@ class PipelineRoutes:
 
         return await self.runner.open(model=prepared.model, route=route, send=send)
 
+    @staticmethod
+    def _engine_request(prepared: Prepared, stream: bool) -> EngineRequest:
+        return EngineRequest(
+            request_id=prepared.spec.response_id,
+            input_ids=tuple(prepared.input_ids),
+            sampling=prepared.sampling,
+            stream=stream,
+            original_text=prepared.prompt_text,
+        )
+
+    @staticmethod
+    def _route(request: web.Request, prepared: Prepared) -> RouteRequest:
+        return RouteRequest(
+            tokens=prepared.input_ids,
+            routing_key=request.headers.get(ROUTING_KEY_HEADER),
+            model=prepared.model,
+        )
+
     async def _whole(
         self, attempt: Attempt[EngineStream], shaper: OutputShaper, request_id: str
     ) -> web.Response:
-        engine = attempt.response
+        headers = {"X-Request-Id": request_id, "X-SMG-Routed-Worker-Id": attempt.worker.url}
+        return await self.whole(
+            attempt.response, shaper, headers, lambda ok: self.runner.finish(attempt, ok)
+        )
+
+    async def _stream(
+        self,
+        request: web.Request,
+        attempt: Attempt[EngineStream],
+        shaper: OutputShaper,
+        request_id: str,
+    ) -> web.StreamResponse:
+        headers = {"X-Request-Id": request_id, "X-SMG-Routed-Worker-Id": attempt.worker.url}
+        resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+        await self.stream(
+            request, resp, attempt.response, shaper, lambda ok: self.runner.finish(attempt, ok)
+        )
+        return resp
+
+    @staticmethod
+    async def whole(
+        engine: EngineStream,
+        shaper: OutputShaper,
+        headers: dict[str, str],
+        finish: Callable[[bool | None], None],
+    ) -> web.Response:
+        """Collect one engine call into one OpenAI body; `finish(success)` reports the outcome
+        (None: unknown, the client left)."""
         success: bool | None = None  # stays None if the client leaves first
         try:
             async for ev in engine.events():
@@ -229,30 +275,21 @@ class PipelineRoutes:
             if shaper.error is not None and not any(c.text for c in shaper.choices):
                 raise errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
             return web.Response(
-                body=orjson.dumps(shaper.body()),
-                content_type="application/json",
-                headers={"X-Request-Id": request_id, "X-SMG-Routed-Worker-Id": attempt.worker.url},
+                body=orjson.dumps(shaper.body()), content_type="application/json", headers=headers
             )
         finally:
             await engine.aclose()
-            self.runner.finish(attempt, success)
+            finish(success)
 
-    async def _stream(
-        self,
+    @staticmethod
+    async def stream(
         request: web.Request,
-        attempt: Attempt[EngineStream],
+        resp: web.StreamResponse,
+        engine: EngineStream,
         shaper: OutputShaper,
-        request_id: str,
-    ) -> web.StreamResponse:
-        engine = attempt.response
-        resp = web.StreamResponse(
-            status=200,
-            headers={
-                **SSE_HEADERS,
-                "X-Request-Id": request_id,
-                "X-SMG-Routed-Worker-Id": attempt.worker.url,
-            },
-        )
+        finish: Callable[[bool | None], None],
+    ) -> None:
+        """Relay one engine call as OpenAI SSE frames on `resp` (prepared here)."""
         success: bool | None = None  # stays None if the client leaves first
         try:
             await resp.prepare(request)
@@ -266,14 +303,13 @@ class PipelineRoutes:
                     if shaper.all_done:
                         break
             except ConnectionResetError:  # the client left: nothing more to send, no outcome
-                return resp
+                return
             success = shaper.error is None
             if shaper.error is not None:
                 err = errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
                 await write(b"data: " + err.to_json() + b"\n\n")
             await write(b"".join(shaper.closing_frames()))
             await resp.write_eof()
-            return resp
         finally:
             await engine.aclose()
-            self.runner.finish(attempt, success)
+            finish(success)

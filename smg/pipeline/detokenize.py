@@ -8,8 +8,11 @@ decode of a partial character yields U+FFFD. So we keep two offsets into the ids
 
 On each feed we decode the context window and the window plus the new ids; the new text is the
 difference. If it ends with U+FFFD the character may still be incomplete, so nothing is emitted
-and the ids stay pending. Once the text is clean, the window slides forward (prefix_offset takes
-the old read_offset), so each step decodes only a few tokens: O(1) per token, not O(n).
+and the ids stay pending. Once the text is clean, read_offset moves to the end; the decoded
+window plus new ids is then exactly the next step's context, so we keep its text and decode
+once per feed, not twice. When the window exceeds `WINDOW_TOKENS` it slides forward
+(prefix_offset takes the old read_offset; the next feed decodes its context again), so each
+step decodes only a few tokens: O(1) per token, not O(n).
 
 `finish()` flushes what is pending; an invalid trailing byte sequence comes out as U+FFFD, just
 as a full decode of all the ids would give it.
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 REPLACEMENT = "\ufffd"
+WINDOW_TOKENS = 5  # longest context kept before it slides (longer windows cost decode time)
 
 
 class DecodeFn(Protocol):
@@ -30,7 +34,14 @@ class DecodeFn(Protocol):
 class IncrementalDetokenizer:
     """Turns a stream of token ids into text deltas whose concatenation equals decode(all)."""
 
-    __slots__ = ("_decode", "_ids", "_prefix_offset", "_read_offset", "_skip_special")
+    __slots__ = (
+        "_decode",
+        "_ids",
+        "_prefix_offset",
+        "_prefix_text",
+        "_read_offset",
+        "_skip_special",
+    )
 
     def __init__(self, decode_fn: DecodeFn, *, skip_special_tokens: bool = True) -> None:
         self._decode = decode_fn
@@ -38,6 +49,7 @@ class IncrementalDetokenizer:
         self._ids: list[int] = []
         self._prefix_offset = 0
         self._read_offset = 0
+        self._prefix_text: str | None = ""  # decode(ids[prefix_offset:read_offset]) if known
 
     @property
     def ids(self) -> list[int]:
@@ -51,9 +63,23 @@ class IncrementalDetokenizer:
 
     def _window_texts(self) -> tuple[str, str]:
         ids, skip = self._ids, self._skip_special
-        prefix = self._decode(ids[self._prefix_offset : self._read_offset], skip)
+        prefix = self._prefix_text
+        if prefix is None:
+            prefix = self._prefix_text = self._decode(
+                ids[self._prefix_offset : self._read_offset], skip
+            )
         full = self._decode(ids[self._prefix_offset :], skip)
         return prefix, full
+
+    def _advance(self, full: str) -> None:
+        """Everything fed is emitted: `full` is the text of the new context window."""
+        n = len(self._ids)
+        if n - self._prefix_offset > WINDOW_TOKENS:
+            self._prefix_offset = self._read_offset
+            self._prefix_text = None
+        else:
+            self._prefix_text = full
+        self._read_offset = n
 
     def feed(self, new_ids: Sequence[int]) -> str:
         """Add ids from the engine; returns the text they complete (possibly "")."""
@@ -62,8 +88,7 @@ class IncrementalDetokenizer:
         self._ids.extend(new_ids)
         prefix, full = self._window_texts()
         if len(full) > len(prefix) and not full.endswith(REPLACEMENT):
-            self._prefix_offset = self._read_offset
-            self._read_offset = len(self._ids)
+            self._advance(full)
             return full[len(prefix) :]
         return ""
 
@@ -72,6 +97,5 @@ class IncrementalDetokenizer:
         if self._read_offset == len(self._ids):
             return ""
         prefix, full = self._window_texts()
-        self._prefix_offset = self._read_offset
-        self._read_offset = len(self._ids)
+        self._advance(full)
         return full[len(prefix) :]

@@ -47,6 +47,10 @@ class EngineRequest:
     sampling: SamplingParams
     stream: bool
     original_text: str = ""
+    # prefill/decode disaggregation (smg.pipeline.pd_grpc): SGLang's bootstrap rendezvous
+    # (host, port, room) or vLLM's connector params as a JSON object; None outside PD mode
+    bootstrap: tuple[str, int, int] | None = None
+    kv_transfer_params_json: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,7 @@ class Finished:
     matched_stop: int | str | None = None
     logprobs: list[TokenLogprob] | None = None
     error: str | None = None
+    kv_transfer_params_json: str | None = None  # vLLM PD: what a prefill hands the decode
 
 
 EngineEvent = TokenDelta | Finished

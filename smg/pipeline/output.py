@@ -161,11 +161,17 @@ class OutputShaper:
         if spec.system_fingerprint is not None:
             head["system_fingerprint"] = spec.system_fingerprint
         self._head = head
+        # every frame is `data: {<head>,"choices":[<choice>]}`: serialise the head once
+        self._prefix = b"data: " + orjson.dumps(head)[:-1] + b',"choices":['
+        self._plain_chat = spec.chat and spec.parser is None and not spec.logprobs
 
     # --- shared ----------------------------------------------------------------------------------
     @property
     def all_done(self) -> bool:
-        return all(c.done for c in self.choices)
+        choices = self.choices
+        if len(choices) == 1:
+            return choices[0].done
+        return all(c.done for c in choices)
 
     def _choice(self, index: int) -> ChoiceState | None:
         return self.choices[index] if 0 <= index < len(self.choices) else None
@@ -193,6 +199,33 @@ class OutputShaper:
         state = self._choice(ev.index)
         if state is None or state.done:
             return []
+        if self._plain_chat and state.started and type(ev) is TokenDelta:
+            # the per-token common case: chat text without parser or logprobs
+            if ev.prompt_tokens > self.prompt_tokens:
+                self.prompt_tokens = ev.prompt_tokens
+            if ev.cached_tokens > self.cached_tokens:
+                self.cached_tokens = ev.cached_tokens
+            if ev.completion_tokens > state.completion_tokens:
+                state.completion_tokens = ev.completion_tokens
+            text = state.feed(ev.token_ids)
+            out: list[bytes] = []
+            if text:
+                state.text.append(text)
+                out.append(
+                    self._prefix
+                    + orjson.dumps(
+                        {
+                            "index": state.index,
+                            "delta": {"content": text},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    )
+                    + b"]}\n\n"
+                )
+            if state.done:  # a stop string completed
+                out.append(self._frame(state.index, None, finish=state))
+            return out
         frames: list[bytes] = []
         if not state.started:
             state.started = True
@@ -255,7 +288,7 @@ class OutputShaper:
         choice["finish_reason"] = finish.finish_reason if finish is not None else None
         if finish is not None and finish.matched_stop is not None:
             choice["matched_stop"] = finish.matched_stop
-        return b"data: " + orjson.dumps({**self._head, "choices": [choice]}) + b"\n\n"
+        return self._prefix + orjson.dumps(choice) + b"]}\n\n"
 
     # --- whole answers ---------------------------------------------------------------------------
     def collect(self, ev: EngineEvent) -> None:

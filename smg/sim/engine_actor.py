@@ -73,6 +73,8 @@ class GrpcSimConfig:
     tokenizer_dir: Path | None = None  # None: the bundled Qwen3 files
     stats_port: int = 0  # 0: no HTTP /sim/stats
     kv_heartbeat_s: float = 1.0
+    role: str = "regular"  # "prefill" | "decode" | "regular": PD disaggregation role
+    bootstrap_port: int = 0  # SGLang PD: the KV bootstrap port reported by GetServerInfo
 
 
 @dataclass(slots=True)
@@ -84,6 +86,7 @@ class EngineStats:
     cancelled: int = 0
     rejected: int = 0
     in_flight: int = 0
+    pd_requests: int = 0  # Generate calls carrying a bootstrap room or KV-transfer params
 
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)

@@ -80,9 +80,18 @@ class _Common:
     def _parse(self, request: Any) -> tuple[Sequence[int] | str, GenParams]:
         raise NotImplementedError
 
+    def _pd_fields(self, request: Any) -> bool:
+        """Check the request's PD fields against the role; True when it carries some."""
+        raise NotImplementedError
+
+    def _pd_complete(self, request: Any, msg: Any) -> None:
+        """Add what this role's final message carries in PD mode (vLLM prefill: KV params)."""
+
     async def Generate(self, request: Any, context: Any) -> AsyncIterator[Any]:
         engine = self.engine
         try:
+            if self._pd_fields(request):
+                engine.stats.pd_requests += 1
             prompt, params = self._parse(request)
             job = await engine.start(request.request_id, prompt, params)
         except ValueError as exc:
@@ -95,6 +104,8 @@ class _Common:
             return
         try:
             async for msg in answer(engine, self.wire, job, request.stream):
+                if msg.WhichOneof("response") == "complete":
+                    self._pd_complete(request, msg.complete)
                 yield msg
         finally:
             engine.end(job)
@@ -180,6 +191,32 @@ class VllmServicer(_Common, vll_grpc.VllmEngineServicer):
     def _parse(self, request: Any) -> tuple[Sequence[int] | str, GenParams]:
         return parse_vllm(request, self.engine.cfg.context_length)
 
+    def _pd_fields(self, request: Any) -> bool:
+        has = request.HasField("kv_transfer_params_json") or request.HasField("kv_transfer_params")
+        if self.engine.cfg.role == "decode":
+            if not request.HasField("kv_transfer_params_json"):
+                raise ValueError("a decode engine needs kv_transfer_params_json from a prefill")
+            params = json.loads(request.kv_transfer_params_json or "null")
+            if not isinstance(params, dict) or not params.get("remote_block_ids"):
+                raise ValueError("kv_transfer_params_json has no remote_block_ids")
+        return has
+
+    def _pd_complete(self, request: Any, msg: Any) -> None:
+        if self.engine.cfg.role != "prefill":
+            return
+        ids = list(request.tokenized.input_ids)
+        block = self.engine.cfg.core.block_size
+        params = {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_engine_id": f"sim-{self.engine.cfg.port}",
+            "remote_block_ids": list(range((len(ids) + block - 1) // block or 1)),
+            "remote_host": self.engine.cfg.host,
+            "remote_port": self.engine.cfg.port,
+            "remote_request_id": request.request_id,
+        }
+        msg.kv_transfer_params_json = json.dumps(params, separators=(",", ":"))
+
     async def Abort(self, request: vll.AbortRequest, context: Any) -> vll.AbortResponse:
         self.engine.abort(list(request.request_ids))
         return vll.AbortResponse()
@@ -200,6 +237,8 @@ class VllmServicer(_Common, vll_grpc.VllmEngineServicer):
             last_receive_timestamp=engine.last_receive,
             uptime_seconds=engine.wall() - engine.started_at,
             server_type="vllm-grpc",
+            kv_connector="" if engine.cfg.role == "regular" else "NixlConnector",
+            kv_role={"prefill": "kv_producer", "decode": "kv_consumer"}.get(engine.cfg.role, ""),
             data_parallel_size=1,
             kv_cache_dtype="auto",
             block_size=engine.cfg.core.block_size,
@@ -222,6 +261,14 @@ class SglangServicer(_Common, sgl_grpc.SglangSchedulerServicer):
 
     def _parse(self, request: Any) -> tuple[Sequence[int] | str, GenParams]:
         return parse_sglang(request, self.engine.cfg.context_length)
+
+    def _pd_fields(self, request: Any) -> bool:
+        has = request.HasField("disaggregated_params")
+        if self.engine.cfg.role == "decode":
+            dp = request.disaggregated_params
+            if not has or not dp.bootstrap_host:
+                raise ValueError("a decode engine needs disaggregated_params (bootstrap host/room)")
+        return has
 
     async def Abort(self, request: sgl.AbortRequest, context: Any) -> sgl.AbortResponse:
         found = self.engine.abort([request.request_id])
@@ -246,6 +293,8 @@ class SglangServicer(_Common, sgl_grpc.SglangSchedulerServicer):
             "tokenizer_path": str(engine.vocab.directory), "context_length": cfg.context_length,
             "max_running_requests": cfg.core.max_batch, "page_size": cfg.core.block_size,
             "random_seed": cfg.seed, "sim": True,
+            "disaggregation_mode": "null" if cfg.role == "regular" else cfg.role,
+            "disaggregation_bootstrap_port": cfg.bootstrap_port,
         })  # fmt: skip
         scheduler_info.update({
             "max_total_num_tokens": cfg.core.kv_capacity_tokens,
@@ -377,6 +426,8 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("chunk-tokens", int, "Most tokens per streamed chunk (default 8)"),
     ("tokenizer-dir", str, "Tokenizer folder (default: the bundled Qwen3 files)"),
     ("stats-port", int, "Serve GET /sim/stats on this HTTP port (default 0: off)"),
+    ("role", str, "PD role: prefill, decode or regular (default regular)"),
+    ("bootstrap-port", int, "SGLang PD: KV bootstrap port reported in GetServerInfo (default 0)"),
 )
 _CORE_FLAGS = {
     "prefill_tokens_per_s": "prefill_tokens_per_s",
@@ -396,7 +447,9 @@ def add_grpc_sim_args(parser: argparse.ArgumentParser) -> None:
         flag = "--" + name
         if flag in existing:
             continue
-        choices = ("vllm", "sglang") if name == "runtime" else None
+        choices = {"runtime": ("vllm", "sglang"), "role": ("prefill", "decode", "regular")}.get(
+            name
+        )
         dest = "grpc_" + name.replace("-", "_")
         parser.add_argument(
             flag, dest=dest, type=kind, default=None, choices=choices, help=help_text
@@ -416,6 +469,12 @@ def _arg(ns: argparse.Namespace, name: str) -> Any:
     return value if value is not None else getattr(ns, "sim." + name, None)
 
 
+_PLAIN_FLAGS = (
+    "host", "port", "runtime", "model", "seed", "context_length", "chunk_tokens", "role",
+    "bootstrap_port",
+)  # fmt: skip
+
+
 def config_from_args(ns: argparse.Namespace) -> GrpcSimConfig:
     base = GrpcSimConfig()
     core = REALISTIC if _arg(ns, "realistic") else base.core
@@ -425,11 +484,7 @@ def config_from_args(ns: argparse.Namespace) -> GrpcSimConfig:
     script_path = _arg(ns, "script")
     script = sc.parse_script(Path(script_path).read_text()) if script_path else base.script
     tokenizer_dir = _arg(ns, "tokenizer_dir")
-    values = {
-        name: v
-        for name in ("host", "port", "runtime", "model", "seed", "context_length", "chunk_tokens")
-        if (v := _arg(ns, name)) is not None
-    }
+    values = {name: v for name in _PLAIN_FLAGS if (v := _arg(ns, name)) is not None}
     return dataclasses.replace(
         base,
         **values,

@@ -455,8 +455,8 @@ class Launcher:
         ready: int | None = None,
         api_key: str | None = None,
         retries: int = 2,
-        prefill: Iterable[tuple[Sim | str, int | None]] = (),
-        decode: Iterable[Sim | str] = (),
+        prefill: Iterable[tuple[Sim | Engine | str, int | None]] = (),
+        decode: Iterable[Sim | Engine | str] = (),
         **options: Any,
     ) -> Gateway:
         """Start a gateway in front of `workers`; wait until `ready` of them (default: all) are

@@ -34,6 +34,7 @@ How the two runtimes differ, and what this module does about it:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +102,10 @@ _PER_RUNTIME = {
     "include_stop_str_in_output:bool logit_bias:map<int32,float> json_schema:string|constraint "
     "regex:string|constraint grammar:string|constraint",
     (VLLM, "GenerateRequest"): "request_id:string tokenized:TokenizedInput|input "
-    "sampling_params:SamplingParams stream:bool",
+    "sampling_params:SamplingParams stream:bool kv_transfer_params_json:string?",
+    (VLLM, "GenerateComplete"): "kv_transfer_params_json:string? "
+    "kv_transfer_params:KvTransferParams",
+    (VLLM, "KvTransferParams"): "remote_host:string remote_port:uint32",
     (VLLM, "AbortRequest"): "request_ids:string[]",
     (VLLM, "GetModelInfoResponse"): "max_context_length:uint32",
     (SGLANG, "SamplingParams"): "temperature:float top_p:float top_k:int32 min_p:float "
@@ -112,7 +116,9 @@ _PER_RUNTIME = {
     "regex:string|constraint ebnf_grammar:string|constraint",
     (SGLANG, "GenerateRequest"): "request_id:string tokenized:TokenizedInput "
     "sampling_params:SamplingParams return_logprob:bool logprob_start_len:int32 "
-    "top_logprobs_num:int32 stream:bool",
+    "top_logprobs_num:int32 stream:bool disaggregated_params:DisaggregatedParams",
+    (SGLANG, "DisaggregatedParams"): "bootstrap_host:string bootstrap_port:int32 "
+    "bootstrap_room:int32",
     (SGLANG, "AbortRequest"): "request_id:string reason:string",
     (SGLANG, "GetModelInfoResponse"): "max_context_length:int32",
     (SGLANG, "GetServerInfoResponse"): "server_args:Struct",
@@ -147,7 +153,7 @@ def build_generate(runtime: str, req: EngineRequest) -> Any:
     """The runtime's `GenerateRequest` for one of ours."""
     s = req.sampling
     if runtime == VLLM:
-        return vllm_engine_pb2.GenerateRequest(
+        v = vllm_engine_pb2.GenerateRequest(
             request_id=req.request_id,
             tokenized=vllm_engine_pb2.TokenizedInput(
                 original_text=req.original_text, input_ids=req.input_ids
@@ -155,8 +161,11 @@ def build_generate(runtime: str, req: EngineRequest) -> Any:
             sampling_params=vllm_sampling(s),
             stream=req.stream,
         )
+        if req.kv_transfer_params_json is not None:
+            v.kv_transfer_params_json = req.kv_transfer_params_json
+        return v
     if runtime == SGLANG:
-        return sglang_scheduler_pb2.GenerateRequest(
+        g = sglang_scheduler_pb2.GenerateRequest(
             request_id=req.request_id,
             tokenized=sglang_scheduler_pb2.TokenizedInput(
                 original_text=req.original_text, input_ids=req.input_ids
@@ -167,6 +176,12 @@ def build_generate(runtime: str, req: EngineRequest) -> Any:
             logprob_start_len=-1,  # output tokens only, no prompt logprobs
             stream=req.stream,
         )
+        if req.bootstrap is not None:
+            host, port, room = req.bootstrap
+            g.disaggregated_params.bootstrap_host = host
+            g.disaggregated_params.bootstrap_port = port
+            g.disaggregated_params.bootstrap_room = room
+        return g
     raise ValueError(f"unknown runtime {runtime!r}")
 
 
@@ -294,10 +309,11 @@ class _Choice:
 class ResponseNormaliser:
     """The state of one Generate call: feed it each `GenerateResponse`, get our events."""
 
-    __slots__ = ("_choices", "_cumulative", "_done", "_n", "_stream")
+    __slots__ = ("_choices", "_cumulative", "_done", "_n", "_stream", "_vllm")
 
     def __init__(self, runtime: str, *, stream: bool, n: int) -> None:
         self._cumulative = runtime == SGLANG  # SGLang counts are cumulative, vLLM's per chunk
+        self._vllm = runtime == VLLM
         self._stream = stream
         self._n = max(n, 1)
         self._choices: dict[int, _Choice] = {}
@@ -343,23 +359,27 @@ class ResponseNormaliser:
         return ch
 
     def _chunk(self, c: Any) -> TokenDelta | None:
-        ch = self._choice(c.index)
-        if ch.done:
+        # per token: each protobuf field is read once (a upb getattr is not free)
+        index = c.index
+        ch = self._choices.get(index)
+        if ch is None:
+            ch = self._choices[index] = _Choice()
+        elif ch.done:
             return None
         ids = list(c.token_ids)
         if self._cumulative:
             ch.completion = c.completion_tokens or ch.completion + len(ids)
         else:  # count the ids themselves: right whether an engine sends per-chunk or running
             ch.completion += len(ids)
-        ch.prompt = c.prompt_tokens or ch.prompt
-        ch.cached = c.cached_tokens or ch.cached
+        prompt = ch.prompt = c.prompt_tokens or ch.prompt
+        cached = ch.cached = c.cached_tokens or ch.cached
         if not ids:
             return None
         if self._stream:
             ch.delivered.extend(ids)
             ch.last = ids
         logprobs = logprobs_from_proto(c.output_logprobs) if c.HasField("output_logprobs") else None
-        return TokenDelta(c.index, ids, ch.prompt, ch.completion, ch.cached, logprobs)
+        return TokenDelta(index, ids, prompt, ch.completion, cached, logprobs)
 
     def _complete(self, c: Any) -> Finished | None:
         ch = self._choice(c.index)
@@ -388,6 +408,9 @@ class ResponseNormaliser:
         elif which == "matched_stop_str":
             matched = c.matched_stop_str
         reason = finish_reason(c.finish_reason)
+        kv_params = None
+        if self._vllm:
+            kv_params = kv_transfer_params_of(c)
         return Finished(
             index=c.index,
             finish_reason=reason,
@@ -398,7 +421,19 @@ class ResponseNormaliser:
             matched_stop=matched,
             logprobs=logprobs or None,
             error=f"the engine finished with {c.finish_reason!r}" if reason == "error" else None,
+            kv_transfer_params_json=kv_params,
         )
+
+
+def kv_transfer_params_of(complete: Any) -> str | None:
+    """vLLM's `GenerateComplete` KV-transfer params as a JSON object: `kv_transfer_params_json`,
+    else the deprecated typed `kv_transfer_params` (Mooncake's remote host and port)."""
+    if complete.HasField("kv_transfer_params_json"):
+        return str(complete.kv_transfer_params_json)
+    if complete.HasField("kv_transfer_params"):
+        kv = complete.kv_transfer_params
+        return json.dumps({"remote_host": kv.remote_host, "remote_port": kv.remote_port})
+    return None
 
 
 def _unseen(ids: list[int], ch: _Choice) -> list[int]:

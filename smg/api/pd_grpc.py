@@ -1,0 +1,206 @@
+"""Prefill/decode disaggregation over gRPC: the token pipeline's answer comes from a PD pair.
+
+The request is templated and tokenized once; the pair is picked as in HTTP PD (`smg.pipeline.pd`)
+and the decode engine's stream goes through the same output shaper as any gRPC answer. How the
+KV cache gets from prefill to decode depends on the decode engine's runtime:
+
+* SGLang: the same `GenerateRequest` goes to both at once, with `disaggregated_params` naming the
+  prefill's bootstrap host and port and a random room (the proto's field is int32, so 31 bits).
+  The prefill leg is drained by a child task.
+* vLLM: the prefill runs first, non-streaming, with max_tokens 1 and `kv_transfer_params_json`
+  asking for a remote decode (the NIXL proxy's convention); its `GenerateComplete` answers the
+  connector's params, which the decode request then carries.
+
+A failing leg cancels the other one and the client gets 502 `pd_prefill_failed` /
+`pd_decode_failed` (an error event if its stream has started). No retries, as in HTTP PD.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from typing import TYPE_CHECKING
+
+import structlog
+from aiohttp import web
+
+from smg import errors
+from smg.actors.snapshots import WorkerSnapshot
+from smg.api.pd_routes import LegFailed, PdRoutes, leg_done
+from smg.api.relay import sse_error
+from smg.pipeline import pd
+from smg.pipeline.backends.grpc import EngineClient
+from smg.pipeline.backends.grpc_convert import SGLANG
+from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, start_stream
+from smg.pipeline.backends.http import UpstreamError
+from smg.pipeline.engine_types import EngineRequest, Finished
+from smg.pipeline.output import OutputShaper
+from smg.pipeline.policies.base import RouteRequest
+
+if TYPE_CHECKING:
+    from smg.api.pipeline_routes import PipelineRoutes, Prepared
+
+log = structlog.get_logger("smg.pd")
+
+ROOM_BITS_GRPC = 31  # SGLang's DisaggregatedParams.bootstrap_room is an int32
+# What a vLLM prefill is asked for: keep the KV blocks for a remote decode (NIXL's fields)
+VLLM_PREFILL_KV = json.dumps(
+    {
+        "do_remote_decode": True,
+        "do_remote_prefill": False,
+        "remote_engine_id": None,
+        "remote_block_ids": None,
+        "remote_host": None,
+        "remote_port": None,
+    },
+    separators=(",", ":"),
+)
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+def sglang_legs(req: EngineRequest, prefill: WorkerSnapshot, room: int) -> EngineRequest:
+    """The one request both SGLang legs get: the prefill's bootstrap rendezvous added."""
+    return dataclasses.replace(
+        req, bootstrap=(pd.bootstrap_host(prefill.url), prefill.bootstrap_port or 0, room)
+    )
+
+
+def vllm_prefill(req: EngineRequest) -> EngineRequest:
+    """The vLLM prefill leg: one token, one choice, not streamed, KV kept for a remote decode."""
+    sampling = dataclasses.replace(
+        req.sampling, max_tokens=1, min_tokens=0, n=1, logprobs=None, stop=(), stop_token_ids=()
+    )
+    return dataclasses.replace(
+        req, sampling=sampling, stream=False, kv_transfer_params_json=VLLM_PREFILL_KV
+    )
+
+
+def vllm_decode(req: EngineRequest, kv_params: str) -> EngineRequest:
+    return dataclasses.replace(req, kv_transfer_params_json=kv_params)
+
+
+class GrpcPd:
+    def __init__(self, *, routes: PdRoutes, engines: EnginePool, timeout_s: float) -> None:
+        self.routes = routes
+        self.engines = engines
+        self.timeout_s = timeout_s
+
+    async def run(
+        self,
+        pipeline: PipelineRoutes,
+        request: web.Request,
+        prepared: Prepared,
+        route: RouteRequest,
+        engine_request: EngineRequest,
+    ) -> web.StreamResponse:
+        r = self.routes
+        pair = pd.select_pair(
+            pipeline.runner.candidates(prepared.model),
+            route,
+            prefill_policy=r.prefill_policy,
+            decode_policy=r.decode_policy,
+            now=r.clock.now(),
+        )
+        request_id = engine_request.request_id
+        for w in (pair.prefill, pair.decode):
+            r.metrics.selected(w, prepared.model)
+        headers = {
+            "X-Request-Id": request_id,
+            "X-SMG-Routed-Worker-Id": pair.decode.url,
+            "X-SMG-Prefill-Worker-Id": pair.prefill.url,
+        }
+        shaper = OutputShaper(prepared.spec, prepared.tokenizer.decode_sync)
+        resp: web.StreamResponse | None = None
+        out: web.StreamResponse | None = None
+        failure: LegFailed | None = None
+        outcome: list[bool | None] = [None]  # the decode leg's; None: unknown
+
+        def finish(ok: bool | None) -> None:
+            outcome[0] = ok
+
+        pair.decode.counter.active += 1  # the prefill leg counts itself
+        try:
+            async with asyncio.TaskGroup() as tg:
+                decode_client = self._client(pd.DECODE, pair.decode)
+                if decode_client.runtime == SGLANG:
+                    room = r.rng.getrandbits(ROOM_BITS_GRPC)
+                    decode_req = sglang_legs(engine_request, pair.prefill, room)
+                    tg.create_task(self._prefill(pair.prefill, decode_req, need_kv=False))
+                else:
+                    kv = await self._prefill(pair.prefill, vllm_prefill(engine_request), True)
+                    assert kv is not None
+                    decode_req = vllm_decode(engine_request, kv)
+                engine = await self._start(pd.DECODE, pair.decode, decode_req)
+                if engine_request.stream:
+                    resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+                    await pipeline.stream(request, resp, engine, shaper, finish)
+                    out = resp
+                else:
+                    try:
+                        out = await pipeline.whole(engine, shaper, headers, finish)
+                    except errors.ApiError as exc:
+                        raise LegFailed(pd.DECODE, exc.message) from exc
+        except* LegFailed as group:
+            failure = next(e for e in group.exceptions if isinstance(e, LegFailed))
+            if failure.role == pd.DECODE:
+                outcome[0] = False
+        finally:
+            leg_done(pair.decode, outcome[0])
+        if failure is None:
+            assert out is not None
+            return out
+        log.warning("pd_leg_failed", role=failure.role, detail=failure.detail, grpc=True)
+        err = failure.api_error()
+        if resp is not None and resp.prepared:  # the client's stream has started
+            if not outcome[0]:
+                try:
+                    await resp.write(sse_error(err))
+                    await resp.write_eof()
+                except ConnectionResetError:
+                    pass
+            return resp
+        raise err
+
+    def _client(self, role: str, worker: WorkerSnapshot) -> EngineClient:
+        try:
+            return self.engines.client(worker.url)
+        except UpstreamError as exc:
+            raise LegFailed(role, exc.detail) from exc
+
+    async def _start(self, role: str, worker: WorkerSnapshot, req: EngineRequest) -> EngineStream:
+        try:
+            client = self.engines.client(worker.url)
+            return await start_stream(client, req, self.timeout_s)
+        except UpstreamError as exc:
+            raise LegFailed(role, exc.detail) from exc
+        except errors.ApiError as exc:
+            raise LegFailed(role, f"{worker.url}: {exc.message}") from exc
+
+    async def _prefill(
+        self, worker: WorkerSnapshot, req: EngineRequest, need_kv: bool
+    ) -> str | None:
+        """Run the prefill leg to its end (its tokens are not the client's); with `need_kv`,
+        return the KV-transfer params of its final message."""
+        worker.counter.active += 1
+        success: bool | None = None
+        try:
+            engine = await self._start(pd.PREFILL, worker, req)
+            kv: str | None = None
+            try:
+                async for ev in engine.events():
+                    if isinstance(ev, Finished):
+                        if ev.error is not None:
+                            raise LegFailed(pd.PREFILL, f"{worker.url}: {ev.error}")
+                        kv = ev.kv_transfer_params_json or kv
+            finally:
+                await engine.aclose()
+            if need_kv and kv is None:
+                raise LegFailed(pd.PREFILL, f"{worker.url} answered no kv_transfer_params")
+            success = True
+            return kv
+        except LegFailed:
+            success = False
+            raise
+        finally:
+            leg_done(worker, success)  # cancelled (the decode leg failed): outcome unknown

@@ -1,0 +1,79 @@
+"""gRPC PD request building: each runtime's PD fields through the installed protobuf classes."""
+
+from __future__ import annotations
+
+import json
+
+from smg_grpc_proto.generated import sglang_scheduler_pb2, vllm_engine_pb2
+
+from smg.api.pd_grpc import sglang_legs, vllm_decode, vllm_prefill
+from smg.pipeline.backends.grpc_convert import SGLANG, VLLM, ResponseNormaliser, build_generate
+from smg.pipeline.engine_types import EngineRequest, Finished, SamplingParams
+
+REQ = EngineRequest("r1", (1, 2, 3), SamplingParams(max_tokens=20, n=2, logprobs=3), True, "hi")
+
+
+def test_plain_requests_carry_no_pd_fields() -> None:
+    assert not build_generate(SGLANG, REQ).HasField("disaggregated_params")
+    assert not build_generate(VLLM, REQ).HasField("kv_transfer_params_json")
+
+
+def test_sglang_disaggregated_params() -> None:
+    req = EngineRequest(
+        "r1", (1,), SamplingParams(), False, bootstrap=("10.0.0.5", 8998, 2**31 - 1)
+    )
+    msg = build_generate(SGLANG, req)
+    dp = msg.disaggregated_params
+    assert (dp.bootstrap_host, dp.bootstrap_port, dp.bootstrap_room) == (
+        "10.0.0.5",
+        8998,
+        2**31 - 1,
+    )
+    again = sglang_scheduler_pb2.GenerateRequest.FromString(msg.SerializeToString())
+    assert again.disaggregated_params == dp
+
+
+def test_sglang_legs_use_the_prefill_bootstrap() -> None:
+    class W:
+        url = "grpc://[::1]:50051"
+        bootstrap_port = 8998
+
+    out = sglang_legs(REQ, W(), 7)  # type: ignore[arg-type]
+    assert out.bootstrap == ("::1", 8998, 7) and out.sampling == REQ.sampling
+
+
+def test_vllm_prefill_and_decode_requests() -> None:
+    pre = vllm_prefill(REQ)
+    assert pre.sampling.max_tokens == 1 and pre.sampling.n == 1 and not pre.stream
+    msg = build_generate(VLLM, pre)
+    assert msg.sampling_params.max_tokens == 1 and not msg.stream
+    assert json.loads(msg.kv_transfer_params_json)["do_remote_decode"] is True
+    kv = '{"remote_engine_id":"e","remote_block_ids":[0,1]}'
+    dec = build_generate(VLLM, vllm_decode(REQ, kv))
+    assert dec.kv_transfer_params_json == kv and dec.sampling_params.max_tokens == 20
+    assert dec.sampling_params.n == 2 and dec.stream
+    again = vllm_engine_pb2.GenerateRequest.FromString(dec.SerializeToString())
+    assert again.kv_transfer_params_json == kv
+
+
+def test_vllm_complete_kv_params_json_and_legacy() -> None:
+    norm = ResponseNormaliser(VLLM, stream=False, n=1)
+    resp = vllm_engine_pb2.GenerateResponse()
+    resp.complete.output_ids.append(5)
+    resp.complete.kv_transfer_params_json = '{"remote_block_ids":[3]}'
+    ev = norm.feed(resp)
+    assert isinstance(ev, Finished) and ev.kv_transfer_params_json == '{"remote_block_ids":[3]}'
+
+    norm = ResponseNormaliser(VLLM, stream=False, n=1)
+    resp = vllm_engine_pb2.GenerateResponse()
+    resp.complete.kv_transfer_params.remote_host = "h"
+    resp.complete.kv_transfer_params.remote_port = 9
+    ev = norm.feed(resp)
+    assert isinstance(ev, Finished)
+    assert json.loads(ev.kv_transfer_params_json or "") == {"remote_host": "h", "remote_port": 9}
+
+    norm = ResponseNormaliser(SGLANG, stream=False, n=1)
+    sresp = sglang_scheduler_pb2.GenerateResponse()
+    sresp.complete.output_ids.append(5)
+    ev = norm.feed(sresp)
+    assert isinstance(ev, Finished) and ev.kv_transfer_params_json is None

@@ -60,6 +60,24 @@ class ProcessDied(AssertionError):
         self.proc = proc
 
 
+def drive_pd_requests(gw: Gateway, messages: list[dict[str, str]]) -> None:
+    """A chat, a streamed chat and a completion through a PD gateway; each must come back whole
+    (the decode leg's answer)."""
+    client = gw.client()
+    done = client.chat.completions.create(model="sim-model", messages=messages, max_tokens=8)
+    assert done.choices[0].message.content
+    assert done.usage is not None and done.usage.completion_tokens == 8  # the decode answer
+    chunks = list(
+        client.chat.completions.create(
+            model="sim-model", messages=messages, max_tokens=6, stream=True
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and chunks[-1].choices[0].finish_reason == "length"
+    comp = client.completions.create(model="sim-model", prompt="abc", max_tokens=3)
+    assert comp.choices[0].text
+
+
 def kill_mid_stream(
     it: Iterator[Any], a: Any, b: Any
 ) -> tuple[Any, Any, int, float, openai.APIError]:

@@ -9,7 +9,7 @@ import time
 import openai
 import pytest
 
-from .conftest import Launcher, assert_openai_error, wait_until
+from .conftest import Launcher, assert_openai_error, drive_pd_requests, wait_until
 
 BOOTSTRAP_PORT = 8998
 MESSAGES = [{"role": "user", "content": "hello pd"}]
@@ -28,21 +28,7 @@ def _rooms(sim) -> dict[str, int]:
 
 def test_pd_non_streaming_and_streaming_share_rooms(launch: Launcher) -> None:
     gw, prefill, decode = _pd(launch)
-    client = gw.client()
-    done = client.chat.completions.create(model="sim-model", messages=MESSAGES, max_tokens=8)
-    assert done.choices[0].message.content
-    assert done.usage is not None and done.usage.completion_tokens == 8  # the decode answer
-
-    chunks = list(
-        client.chat.completions.create(
-            model="sim-model", messages=MESSAGES, max_tokens=6, stream=True
-        )
-    )
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text and chunks[-1].choices[0].finish_reason == "length"
-
-    comp = client.completions.create(model="sim-model", prompt="abc", max_tokens=3)
-    assert comp.choices[0].text
+    drive_pd_requests(gw, MESSAGES)
 
     p_rooms, d_rooms = _rooms(prefill), _rooms(decode)
     assert len(d_rooms) == 3 and p_rooms == d_rooms

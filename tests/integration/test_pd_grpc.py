@@ -9,7 +9,7 @@ import time
 import openai
 import pytest
 
-from .conftest import Launcher, wait_until
+from .conftest import Launcher, drive_pd_requests, wait_until
 
 BOOTSTRAP_PORT = 8998
 MESSAGES = [{"role": "user", "content": "hello grpc pd"}]
@@ -26,21 +26,7 @@ def _pd(launch: Launcher, runtime: str) -> tuple:
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_pd_grpc_streaming_and_non_streaming(launch: Launcher, runtime: str) -> None:
     gw, prefill, decode = _pd(launch, runtime)
-    client = gw.client()
-    done = client.chat.completions.create(model="sim-model", messages=MESSAGES, max_tokens=8)
-    assert done.choices[0].message.content
-    assert done.usage is not None and done.usage.completion_tokens == 8  # the decode answer
-
-    chunks = list(
-        client.chat.completions.create(
-            model="sim-model", messages=MESSAGES, max_tokens=6, stream=True
-        )
-    )
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text and chunks[-1].choices[0].finish_reason == "length"
-
-    comp = client.completions.create(model="sim-model", prompt="abc", max_tokens=3)
-    assert comp.choices[0].text
+    drive_pd_requests(gw, MESSAGES)
 
     p, d = prefill.stats(), decode.stats()
     assert d["pd_requests"] == 3 and d["completed"] == 3 and d["rejected"] == 0

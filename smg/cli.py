@@ -131,7 +131,7 @@ def make_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--grpc", action="store_true", help="Serve the engines' gRPC contract instead of HTTP"
     )
-    from smg.sim.grpc_engine import add_grpc_sim_args
+    from smg.sim.grpc_cli import add_grpc_sim_args
 
     add_grpc_sim_args(sim)
     dev = sub.add_parser("dev", help="Gateway on 127.0.0.1:30000 in front of simulated workers")
@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "sim":
         logs.configure("info")
         if ns.grpc:
-            from smg.sim.grpc_engine import run_grpc
+            from smg.sim.grpc_cli import run_grpc
 
             run_grpc(ns)
             return 0

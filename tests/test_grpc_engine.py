@@ -23,13 +23,12 @@ from smg_grpc_proto.generated import vllm_engine_pb2_grpc as vll_grpc
 
 from smg.sim import script as sc
 from smg.sim.engine_core import CoreConfig
+from smg.sim.grpc_cli import add_grpc_sim_args, config_from_args
 from smg.sim.grpc_engine import (
     REALISTIC,
     SERVICE_NAMES,
     GrpcSimConfig,
     SimEngine,
-    add_grpc_sim_args,
-    config_from_args,
     fetch_stats,
     start_server,
 )

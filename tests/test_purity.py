@@ -17,6 +17,7 @@ PURE = [
     ROOT / "pipeline" / "token_cache.py",
     ROOT / "pipeline" / "pd.py",
     ROOT / "pipeline" / "backends" / "grpc_convert.py",
+    *sorted((ROOT / "mesh").glob("*.py")),
     ROOT / "sim" / "engine_core.py",
     ROOT / "sim" / "script.py",
     ROOT / "sim" / "plan.py",

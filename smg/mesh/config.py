@@ -1,0 +1,60 @@
+"""Mesh configuration: one frozen dataclass, profiles modelled on memberlist's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True, slots=True)
+class MeshConfig:
+    # Time between failure-detection probes; one member probed per interval.
+    probe_interval_s: float = 1.0
+    # Wait this long for a direct ack before asking helpers (should exceed the RTT p99).
+    probe_timeout_s: float = 0.5
+    # Helpers asked to probe indirectly (SWIM's k).
+    indirect_checks: int = 3
+    # Suspicion timeout floor = mult * log10(n) * probe interval (scales with cluster size).
+    suspicion_mult: int = 4
+    # Suspicion ceiling = this * floor, used while no independent confirmations arrived.
+    suspicion_max_timeout_mult: int = 6
+    # Each update is retransmitted mult * ceil(log10(n + 1)) times.
+    retransmit_mult: int = 4
+    # Period of the piggyback-only gossip round.
+    gossip_interval_s: float = 0.2
+    # Random members sent a gossip packet each gossip round.
+    gossip_nodes: int = 3
+    # Keep gossiping to a node this long after it is declared dead, so it can refute.
+    gossip_to_the_dead_s: float = 30.0
+    # Lifeguard local health: probe interval/timeout scale up to this factor.
+    awareness_max_multiplier: int = 8
+    # Byte budget for one packet (a safe UDP payload under a 1500 MTU).
+    max_packet_bytes: int = 1400
+
+    @classmethod
+    def lan(cls) -> MeshConfig:
+        """memberlist's DefaultLANConfig."""
+        return cls()
+
+    @classmethod
+    def local(cls) -> MeshConfig:
+        """memberlist's DefaultLocalConfig: loopback, tight timeouts."""
+        return replace(
+            cls(),
+            probe_timeout_s=0.2,
+            indirect_checks=1,
+            suspicion_mult=3,
+            retransmit_mult=2,
+            gossip_interval_s=0.1,
+        )
+
+    @classmethod
+    def test(cls) -> MeshConfig:
+        """Fast settings for simulated and loopback tests."""
+        return replace(
+            cls(),
+            probe_interval_s=0.2,
+            probe_timeout_s=0.1,
+            suspicion_mult=3,
+            retransmit_mult=2,
+            gossip_interval_s=0.05,
+        )

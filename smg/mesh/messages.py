@@ -1,0 +1,129 @@
+"""SWIM wire messages and the effects the sans-IO node asks its driver to perform."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class State(StrEnum):
+    ALIVE = "alive"
+    SUSPECT = "suspect"
+    DEAD = "dead"
+    LEFT = "left"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    node_id: str
+    addr: str
+    state: State
+    incarnation: int
+    since_s: float
+
+
+# --- probes ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Ping:
+    seq: int
+    target: str  # node id the sender means to reach; a mismatch is ignored
+
+
+@dataclass(frozen=True, slots=True)
+class PingReq:
+    seq: int
+    target: str
+    target_addr: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """Lifeguard: a helper could not reach the target (proves the helper path works)."""
+
+    seq: int
+
+
+# --- membership updates (gossiped) -----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Alive:
+    node: str
+    addr: str
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    node: str
+    incarnation: int
+    from_node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Dead:
+    node: str
+    incarnation: int
+    from_node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    node: str
+    incarnation: int
+
+
+Update = Alive | Suspect | Dead | Leave
+
+
+# --- join / state sync ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Join:
+    node: str
+    addr: str
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateSync:
+    updates: tuple[Update, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Compound:
+    parts: tuple[Message, ...]
+
+
+Message = Ping | PingReq | Ack | Nack | Alive | Suspect | Dead | Leave | Join | StateSync | Compound
+
+
+# --- effects ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Send:
+    addr: str
+    message: Message
+
+
+Effect = Send
+
+
+def approx_size(msg: Message) -> int:
+    """Rough encoded size in bytes; a stand-in until codec.py defines the wire format."""
+    match msg:
+        case Compound(parts):
+            return 4 + sum(approx_size(p) for p in parts)
+        case StateSync(updates):
+            return 4 + sum(approx_size(u) for u in updates)
+        case Alive(node, addr, _) | Join(node, addr, _):
+            return 12 + len(node) + len(addr)
+        case Suspect(node, _, frm) | Dead(node, _, frm):
+            return 12 + len(node) + len(frm)
+        case Leave(node, _) | Ping(_, node):
+            return 12 + len(node)
+        case PingReq(_, target, addr):
+            return 12 + len(target) + len(addr)
+        case _:
+            return 8

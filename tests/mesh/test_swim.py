@@ -1,0 +1,88 @@
+import pytest
+
+from smg.mesh.messages import State
+
+from .simnet import SimNet
+
+
+def _all_alive(net: SimNet) -> bool:
+    names = set(net.nodes)
+    return all(
+        {k for k, m in n.members().items() if m.state == State.ALIVE} == names
+        for n in net.alive_nodes()
+    )
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_cluster_converges_to_all_alive(n: int) -> None:
+    net = SimNet(seed=n)
+    net.cluster(n)
+    assert net.run_until(10.0, lambda: _all_alive(net))
+    net.run_until(net.now + 30.0)
+    assert _all_alive(net)
+
+
+def _detect_failure(seed: int) -> float:
+    net = SimNet(seed=seed)
+    net.cluster(5)
+    net.run_until(10.0)
+    assert _all_alive(net)
+    t0 = net.now
+    net.down.add("n4")
+    done = net.run_until(
+        t0 + 60.0, lambda: all(n.state_of("n4") == State.DEAD for n in net.alive_nodes())
+    )
+    assert done
+    return net.now - t0
+
+
+def test_failed_node_declared_dead_by_all_survivors() -> None:
+    times = [_detect_failure(seed) for seed in range(5)]
+    # bound: a probe round (<= n-1 probe intervals) + max suspicion (24 s at n=5) + gossip
+    assert max(times) < 4 * 1.0 + 24.0 + 2.0, times
+    print(f"detection times (simulated s, n=5, LAN profile): {[round(t, 1) for t in times]}")
+
+
+def test_falsely_suspected_node_refutes_with_higher_incarnation() -> None:
+    net = SimNet(seed=7)
+    net.cluster(5)
+    net.run_until(10.0)
+    net.node_loss["n2"] = 0.9
+    suspected = net.run_until(
+        60.0, lambda: any(n.state_of("n2") == State.SUSPECT for n in net.alive_nodes())
+    )
+    assert suspected
+    net.node_loss.clear()
+    net.run_until(net.now + 10.0)
+    assert net.nodes["n2"].incarnation >= 1
+    for n in net.alive_nodes():
+        m = n.members()["n2"]
+        assert m.state == State.ALIVE
+        assert m.incarnation == net.nodes["n2"].incarnation
+
+
+def test_graceful_leave_is_left_not_dead() -> None:
+    net = SimNet(seed=11)
+    net.cluster(5)
+    net.run_until(10.0)
+    net.deliver("n3", net.nodes["n3"].leave(net.now))
+    net.run_until(net.now + 2.0)
+    net.down.add("n3")
+    net.run_until(net.now + 60.0)
+    for n in net.alive_nodes():
+        assert n.state_of("n3") == State.LEFT
+
+
+def test_ten_percent_loss_has_no_lasting_false_dead() -> None:
+    net = SimNet(seed=3, loss=0.10)
+    net.cluster(5)
+    net.run_until(20.0)
+    dead_samples = 0
+    while net.now < 320.0:
+        net.run_until(net.now + 5.0)
+        dead_samples += sum(
+            1 for n in net.alive_nodes() for m in n.members().values() if m.state == State.DEAD
+        )
+    net.run_until(net.now + 30.0)
+    assert _all_alive(net)
+    print(f"10% loss, 300 simulated s: DEAD observations in 5 s samples = {dead_samples}")

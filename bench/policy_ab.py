@@ -26,7 +26,6 @@ import json
 import math
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,9 @@ sys.path.insert(0, str(REPO))
 from smg.config import POLICIES, RoutingConfig  # noqa: E402
 from smg.pipeline.policies import make_policy  # noqa: E402
 from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procs import stop_all  # noqa: E402
 
 DEFAULT_POLICIES = "round_robin,power_of_two,cache_aware,prefix_hash,least_load"
 SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "do", "gu", "be", "fi")
@@ -307,17 +309,7 @@ class Cluster:
         return out
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
-        self.procs.clear()
+        stop_all(self.procs)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

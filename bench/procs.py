@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import Any
 
 import psutil
 
@@ -203,20 +204,25 @@ class Stack:
 
     def stop(self) -> None:
         self.rss.stopped.set()
-        for p in reversed(self.procs):  # the gateway first, then its workers
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
-        self.procs.clear()
+        stop_all(self.procs)  # the gateway first, then its workers
         if self._old_term is not None:
             signal.signal(signal.SIGTERM, self._old_term)  # type: ignore[arg-type]
             self._old_term = None
+
+
+def stop_all(procs: list[subprocess.Popen[Any]]) -> None:
+    """SIGTERM the processes newest first, wait up to 10 s in all, kill the stragglers."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=5)
+    procs.clear()
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:

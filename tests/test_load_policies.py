@@ -4,9 +4,9 @@ a hand-built load board, a seeded rng and a settable clock."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 import pytest
+from policy_fakes import W, workers
 
 from smg.actors.snapshots import SnapshotCell
 from smg.config import RoutingConfig
@@ -21,20 +21,6 @@ from smg.pipeline.policies import (
 )
 from smg.pipeline.policies.bucket import even_cuts, quantile_cuts
 from smg.pipeline.policies.consistent_hashing import HashRing, hash64
-
-
-@dataclass(frozen=True, slots=True)
-class W:
-    worker_id: str
-    load: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.worker_id}:8000"
-
-
-def workers(*loads: int) -> list[W]:
-    return [W(f"w{i}", load) for i, load in enumerate(loads)]
 
 
 class Now:

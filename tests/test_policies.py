@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 import random
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from policy_fakes import W, workers
 
 from smg.config import POLICIES, RoutingConfig
 from smg.pipeline.policies import (
@@ -24,20 +24,6 @@ from smg.pipeline.policies import (
     make_policy,
 )
 from smg.pipeline.policies.consistent_hashing import HashRing, hash64
-
-
-@dataclass(frozen=True, slots=True)
-class W:
-    worker_id: str
-    load: int = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.worker_id}:8000"
-
-
-def workers(*loads: int) -> list[W]:
-    return [W(f"w{i}", load) for i, load in enumerate(loads)]
 
 
 class FakeNow:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from smg.actors.messages import AddWorker, Outcome, ProbeResult, RemoveWorker
 from smg.actors.registry import DuplicateWorker, RegistryActor
 from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Supervisor
-from smg.clock import FakeClock, settle
+from smg.clock import FakeClock, TimerHandle, settle
 from smg.config import CircuitBreakerConfig, HealthConfig
 from smg.core.circuit_breaker import BreakerState
 from smg.core.health import HealthStatus
@@ -109,6 +110,32 @@ async def test_breaker_opens_on_failures_then_half_opens_after_timeout() -> None
         await settle()
         w = cell.value.by_id[snap.worker_id]
         assert w.breaker.state is BreakerState.CLOSED and not w.breaker_counting
+    finally:
+        await stop(sups)
+
+
+class EarlyClock(FakeClock):
+    """Timers fire a hair before their deadline, as uvloop's millisecond timers can."""
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        return super().call_later(max(0.0, delay - 0.0005), callback)
+
+
+async def test_a_timer_firing_early_does_not_leave_the_breaker_open() -> None:
+    clock = EarlyClock()
+    cell, registry, sups = await start(clock, ScriptedProber(), [])
+    try:
+        snap = await registry.ask(AddWorker("http://w:1"), 1.0)
+        await clock.advance(1.0)
+        w = cell.value.by_id[snap.worker_id]
+        assert w.ref is not None
+        for _ in range(3):
+            w.ref.tell(Outcome(False))
+        await settle()
+        await clock.advance(4.9996)  # the open timer fired, early: still open
+        assert cell.value.by_id[snap.worker_id].breaker.state is BreakerState.OPEN
+        await clock.advance(0.01)  # the re-armed poll moves it on
+        assert cell.value.by_id[snap.worker_id].breaker.state is BreakerState.HALF_OPEN
     finally:
         await stop(sups)
 

@@ -67,10 +67,13 @@ class WorkerActor(Actor):
             case Outcome(success=success):
                 self._on_outcome(success)
             case BreakerPoll():
-                transition = self.breaker.poll(self.clock.now())
+                now = self.clock.now()
+                transition = self.breaker.poll(now)
                 if transition is not None:
                     self._notify("breaker", transition.to, self.snapshot)
                     self._publish(self.snapshot)
+                else:
+                    self._arm_breaker_poll(now)
             case ProbeTick():
                 if not self._probing:
                     self._probing = True
@@ -113,10 +116,15 @@ class WorkerActor(Actor):
         if transition is not None:
             log.info("worker_breaker", worker=self.snapshot.url, state=transition.to.label)
             self._notify("breaker", transition.to, self.snapshot)
-            until = self.breaker.open_until
-            if until is not None:
-                self.tell_later(max(0.0, until - now), BreakerPoll())
+            self._arm_breaker_poll(now)
         self._publish(replace(self.snapshot))
+
+    def _arm_breaker_poll(self, now: float) -> None:
+        """Poll again at the open timeout. A timer may fire a little early (uvloop's timers run
+        on a cached millisecond clock), so a poll that finds the breaker still open re-arms."""
+        until = self.breaker.open_until
+        if until is not None:
+            self.tell_later(max(0.001, until - now), BreakerPoll())
 
     def _publish(self, snap: WorkerSnapshot) -> None:
         snap = replace(

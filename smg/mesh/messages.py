@@ -100,14 +100,57 @@ class Compound:
 Message = Ping | PingReq | Ack | Nack | Alive | Suspect | Dead | Leave | Join | StateSync | Compound
 
 
+# --- stream (TCP) messages: anti-entropy and replicated state ---------------------------------
+@dataclass(frozen=True, slots=True)
+class PushPull:
+    """Full membership exchange over TCP. The receiver merges `updates` and, when `reply`,
+    answers with its own table (reply=False) to the sender's address `addr`."""
+
+    node: str
+    addr: str
+    updates: tuple[Update, ...]
+    reply: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DocVector:
+    """What the sender holds of one replicated namespace (a pycrdt state vector); the receiver
+    answers with a DocUpdate of what the sender misses and, when `reply`, its own DocVector."""
+
+    namespace: str
+    state_vector: bytes
+    reply: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DocUpdate:
+    """A pycrdt update (a delta, or a diff against a state vector) for one namespace."""
+
+    namespace: str
+    update: bytes
+
+
+StreamMessage = PushPull | DocVector | DocUpdate
+
+
 # --- effects ---------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Send:
+    """Send one UDP packet."""
+
     addr: str
     message: Message
 
 
-Effect = Send
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """Send one message over the TCP stream to `addr` (same host:port as the UDP address)."""
+
+    addr: str
+    message: StreamMessage
+
+
+Effect = Send | Stream
 
 
 def approx_size(msg: Message) -> int:

@@ -41,12 +41,14 @@ class BroadcastQueue(Generic[T]):
         self._seq += 1
         self._entries[key] = _Entry(key, item, size, 0, self._seq)
 
-    def take(self, n_nodes: int, overhead: int, limit: int) -> list[T]:
+    def take(self, n_nodes: int, overhead: int, limit: int, max_items: int = 1 << 30) -> list[T]:
         cap = retransmit_limit(self._mult, n_nodes)
         order = sorted(self._entries.values(), key=lambda e: (e.transmits, -e.seq))
         out: list[T] = []
         used = 0
         for e in order:
+            if len(out) >= max_items:
+                break
             if used + overhead + e.size > limit:
                 continue
             used += overhead + e.size

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
+
+ProfileName = Literal["lan", "local", "test"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,14 @@ class MeshConfig:
     awareness_max_multiplier: int = 8
     # Byte budget for one packet (a safe UDP payload under a 1500 MTU).
     max_packet_bytes: int = 1400
+    # Full-state TCP exchange with one random live member (anti-entropy: repairs what gossip
+    # missed); stretched like memberlist's pushPullScale once the cluster passes 32 members.
+    push_pull_interval_s: float = 30.0
+    # Push-pull to a random DEAD member this often (cluster-wide ~once per dead member, as
+    # serf does), so the two sides of a healed partition find each other again.
+    reconnect_interval_s: float = 10.0
+    # DEAD and LEFT members are forgotten (and no longer reconnected to) after this long.
+    dead_reclaim_s: float = 3600.0
 
     @classmethod
     def lan(cls) -> MeshConfig:
@@ -45,6 +56,10 @@ class MeshConfig:
             suspicion_mult=3,
             retransmit_mult=2,
             gossip_interval_s=0.1,
+            gossip_to_the_dead_s=15.0,
+            push_pull_interval_s=15.0,
+            reconnect_interval_s=5.0,
+            dead_reclaim_s=600.0,
         )
 
     @classmethod
@@ -57,4 +72,20 @@ class MeshConfig:
             suspicion_mult=3,
             retransmit_mult=2,
             gossip_interval_s=0.05,
+            gossip_to_the_dead_s=6.0,
+            push_pull_interval_s=2.0,
+            reconnect_interval_s=1.0,
+            dead_reclaim_s=60.0,
         )
+
+    @classmethod
+    def profile(cls, name: ProfileName | str) -> MeshConfig:
+        """The named profile: "lan", "local" or "test"."""
+        match name:
+            case "lan":
+                return cls.lan()
+            case "local":
+                return cls.local()
+            case "test":
+                return cls.test()
+        raise ValueError(f"unknown mesh profile {name!r}; expected lan, local or test")

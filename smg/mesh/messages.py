@@ -92,6 +92,9 @@ class StateSync:
     updates: tuple[Update, ...]
 
 
+MAX_COMPOUND_PARTS = 64  # parts of one Compound (it never nests); the codec enforces it
+
+
 @dataclass(frozen=True, slots=True)
 class Compound:
     parts: tuple[Message, ...]
@@ -153,20 +156,27 @@ class Stream:
 Effect = Send | Stream
 
 
+def _str(text: str) -> int:
+    return len(text.encode()) + 2  # msgpack: up to a 2-byte header under 256 bytes
+
+
+_INT = 9  # the widest msgpack integer
+
+
 def approx_size(msg: Message) -> int:
-    """Rough encoded size in bytes; a stand-in until codec.py defines the wire format."""
+    """An upper bound of the encoded size (without the MAC): cheap, for packet budgets."""
     match msg:
         case Compound(parts):
             return 4 + sum(approx_size(p) for p in parts)
         case StateSync(updates):
             return 4 + sum(approx_size(u) for u in updates)
         case Alive(node, addr, _) | Join(node, addr, _):
-            return 12 + len(node) + len(addr)
+            return 3 + _INT + _str(node) + _str(addr)
         case Suspect(node, _, frm) | Dead(node, _, frm):
-            return 12 + len(node) + len(frm)
+            return 3 + _INT + _str(node) + _str(frm)
         case Leave(node, _) | Ping(_, node):
-            return 12 + len(node)
+            return 3 + _INT + _str(node)
         case PingReq(_, target, addr):
-            return 12 + len(target) + len(addr)
+            return 3 + _INT + _str(target) + _str(addr)
         case _:
-            return 8
+            return 3 + _INT

@@ -1,17 +1,19 @@
 """The sans-IO SWIM + Lifeguard node: feed it time and packets, it returns effects.
 
-No sockets, no clock, no asyncio: the driver calls `tick(now)` periodically and
-`receive(now, sender_addr, message)` per packet, and performs the returned `Send`s."""
+No sockets, no clock, no asyncio: the driver calls `tick(now)` by `next_deadline_s()` (or
+periodically) and `receive(now, sender_addr, message)` per packet or stream message, and performs
+the returned `Send`s (UDP) and `Stream`s (TCP). The member table and SWIM's precedence rules live
+in membership.py; this module is the protocol: probes, gossip, join, push-pull, reconnect."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from smg.mesh.awareness import Awareness
-from smg.mesh.broadcast_queue import BroadcastQueue
 from smg.mesh.config import MeshConfig
+from smg.mesh.membership import GONE, Membership, push_pull_scale
 from smg.mesh.messages import (
+    MAX_COMPOUND_PARTS,
     Ack,
     Alive,
     Compound,
@@ -24,16 +26,16 @@ from smg.mesh.messages import (
     Nack,
     Ping,
     PingReq,
+    PushPull,
     Send,
     State,
     StateSync,
+    Stream,
+    StreamMessage,
     Suspect,
-    Update,
     approx_size,
 )
-from smg.mesh.suspicion import Suspicion, confirmations_wanted, suspicion_bounds_s
 
-_GONE = (State.DEAD, State.LEFT)
 _PART_OVERHEAD = 2
 
 
@@ -57,42 +59,27 @@ class _Relay:
     nack_at_s: float
 
 
-class SwimNode:
+class SwimNode(Membership):
     def __init__(self, node_id: str, addr: str, cfg: MeshConfig, rng: random.Random) -> None:
-        self.node_id = node_id
-        self.addr = addr
-        self.cfg = cfg
-        self.rng = rng
-        self.incarnation = 0
-        self.awareness = Awareness(cfg.awareness_max_multiplier)
-        self.leaving = False
-        self._members: dict[str, Member] = {node_id: Member(node_id, addr, State.ALIVE, 0, 0.0)}
-        self._suspicions: dict[str, Suspicion] = {}
-        self._queue: BroadcastQueue[Update] = BroadcastQueue(cfg.retransmit_mult)
+        super().__init__(node_id, addr, cfg, rng)
         self._order: list[str] = []
         self._order_idx = 0
         self._seq = 0
         self._probe: _Probe | None = None
         self._relays: dict[int, _Relay] = {}
         self._next_probe_s: float | None = None
-        self._next_gossip_s: float | None = None
-        self._join_seeds: list[str] = []  # re-sent each probe interval until a StateSync
-
-    # --- views -------------------------------------------------------------------------------
-    def members(self) -> dict[str, Member]:
-        return dict(self._members)
-
-    def state_of(self, node_id: str) -> State | None:
-        m = self._members.get(node_id)
-        return m.state if m else None
-
-    def _live_count(self) -> int:
-        return sum(1 for m in self._members.values() if m.state not in _GONE)
+        self._next_gossip_s = 0.0
+        self._next_push_pull_s = 0.0
+        self._next_reconnect_s = 0.0
+        self._join_seeds: list[str] = []  # re-sent each probe interval until a PushPull
 
     # --- commands ----------------------------------------------------------------------------
     def join(self, now: float, seed_addrs: list[str]) -> list[Effect]:
-        """Announce ourselves to seeds; each replies with its full member table."""
+        """Announce ourselves to seeds (UDP); each answers with its table over TCP."""
         self._join_seeds = [a for a in seed_addrs if a != self.addr]
+        # memberlist's setAlive: gossip our own Alive too, so members the seed's
+        # retransmissions missed still hear of us once we know them.
+        self._broadcast(Alive(self.node_id, self.addr, self.incarnation))
         msg = Join(self.node_id, self.addr, self.incarnation)
         return [Send(a, msg) for a in self._join_seeds]
 
@@ -104,18 +91,34 @@ class SwimNode:
         return self._gossip_round(now)
 
     # --- time --------------------------------------------------------------------------------
+    def next_deadline_s(self) -> float:
+        """When `tick` next has work to do (0.0 before the first tick)."""
+        if self._next_probe_s is None:
+            return 0.0
+        times = [self._next_gossip_s, *(r.nack_at_s for r in self._relays.values())]
+        if not self.leaving:
+            times += (self._next_probe_s, self._next_push_pull_s, self._next_reconnect_s)
+            times += (s.deadline_s for s in self._suspicions.values())
+            p = self._probe
+            if p is not None and not p.acked:
+                times.append(p.deadline_s if p.helpers else p.direct_deadline_s)
+        return min(times)
+
     def tick(self, now: float) -> list[Effect]:
         out: list[Effect] = []
         if self._next_probe_s is None:
+            # Stagger every timer so nodes started together do not beat in step.
             self._next_probe_s = now + self.rng.uniform(0, self.cfg.probe_interval_s)
             self._next_gossip_s = now + self.rng.uniform(0, self.cfg.gossip_interval_s)
+            self._next_push_pull_s = now + self.rng.uniform(0, self._push_pull_interval_s())
+            self._next_reconnect_s = now + self.rng.uniform(0, self.cfg.reconnect_interval_s)
         self._tick_relays(now, out)
         if not self.leaving:
             if self._join_seeds and now >= self._next_probe_s:
                 out.extend(self.join(now, self._join_seeds))
             self._tick_probe(now, out)
             self._tick_suspicions(now)
-        assert self._next_gossip_s is not None
+            self._tick_anti_entropy(now, out)
         if now >= self._next_gossip_s:
             self._next_gossip_s = now + self.cfg.gossip_interval_s
             out.extend(self._gossip_round(now))
@@ -138,11 +141,13 @@ class SwimNode:
         assert self._next_probe_s is not None
         if now >= self._next_probe_s:
             self._next_probe_s = now + self.awareness.scale(self.cfg.probe_interval_s)
+            self._reap(now)
             self._start_probe(now, out)
 
     def _ask_helpers(self, p: _Probe, out: list[Effect]) -> None:
         target = self._members.get(p.target)
         if target is None:
+            p.helpers = -1
             return
         pool = [
             m
@@ -161,7 +166,7 @@ class SwimNode:
         else:
             self.awareness.apply(1)
         m = self._members.get(p.target)
-        if m is not None and m.state not in _GONE:
+        if m is not None and m.state not in GONE:
             self._on_suspect(now, Suspect(m.node_id, m.incarnation, self.node_id))
 
     def _start_probe(self, now: float, out: list[Effect]) -> None:
@@ -181,23 +186,27 @@ class SwimNode:
             ping = Compound((ping, Suspect(target.node_id, target.incarnation, self.node_id)))
         out.append(self._send(target.addr, ping))
 
+    def _on_new_member(self, now: float, node: str, revived: bool) -> None:
+        # memberlist inserts a new member at a random place in the probe order.
+        self._order.insert(self.rng.randint(self._order_idx, len(self._order)), node)
+        if revived:
+            # A DEAD member is back: most likely a partition healed, and the refutations that
+            # crossed it were gossiped while half the cluster was still DEAD to the other
+            # half. Do the next push-pull soon instead of up to push_pull_interval_s later.
+            soon = now + self.rng.uniform(1.0, 3.0) * self.cfg.probe_interval_s
+            self._next_push_pull_s = min(self._next_push_pull_s, soon)
+
     def _next_target(self) -> Member | None:
         for _ in range(2):
             while self._order_idx < len(self._order):
                 m = self._members.get(self._order[self._order_idx])
                 self._order_idx += 1
-                if m is not None and m.state not in _GONE:
+                if m is not None and m.state not in GONE:
                     return m
-            self._order = [k for k, m in self._members.items() if k != self.node_id]
+            self._order = [k for k in self._members if k != self.node_id]
             self.rng.shuffle(self._order)
             self._order_idx = 0
         return None
-
-    def _tick_suspicions(self, now: float) -> None:
-        for node, s in list(self._suspicions.items()):
-            if now >= s.deadline_s:
-                m = self._members[node]
-                self._on_dead(now, Dead(node, m.incarnation, self.node_id))
 
     def _gossip_round(self, now: float) -> list[Effect]:
         recent = now - self.cfg.gossip_to_the_dead_s
@@ -205,7 +214,7 @@ class SwimNode:
             m
             for m in self._members.values()
             if m.node_id != self.node_id
-            and (m.state not in _GONE or (m.state == State.DEAD and m.since_s >= recent))
+            and (m.state not in GONE or (m.state == State.DEAD and m.since_s >= recent))
         ]
         out: list[Effect] = []
         for m in self.rng.sample(pool, min(self.cfg.gossip_nodes, len(pool))):
@@ -215,10 +224,60 @@ class SwimNode:
             out.append(Send(m.addr, parts[0] if len(parts) == 1 else Compound(tuple(parts))))
         return out
 
+    # --- anti-entropy: push-pull and reconnect -----------------------------------------------
+    def _push_pull_interval_s(self) -> float:
+        return push_pull_scale(self.cfg.push_pull_interval_s, self._live_count())
+
+    def _tick_anti_entropy(self, now: float, out: list[Effect]) -> None:
+        if now >= self._next_push_pull_s:
+            self._next_push_pull_s = now + self._push_pull_interval_s()
+            alive = [
+                m for m in self._members.values() if m.state == State.ALIVE and m.addr != self.addr
+            ]
+            if alive:
+                out.append(self._push_pull(self.rng.choice(alive).addr))
+        if now >= self._next_reconnect_s:
+            self._next_reconnect_s = now + self.cfg.reconnect_interval_s
+            target = self._reconnect_target(now)
+            if target is not None:
+                out.append(self._push_pull(target.addr))
+
+    def _reconnect_target(self, now: float) -> Member | None:
+        """serf's reconnect: attempt with probability dead/alive, so that the cluster as a
+        whole tries each DEAD member about once per interval, whatever its size."""
+        live_addrs = {m.addr for m in self._members.values() if m.state not in GONE}
+        dead = [
+            m
+            for m in self._members.values()
+            if m.state == State.DEAD
+            and m.addr not in live_addrs  # its address now belongs to a newer epoch
+            and now - m.since_s < self.cfg.dead_reclaim_s
+        ]
+        if not dead or self.rng.random() > len(dead) / max(1, len(live_addrs)):
+            return None
+        return self.rng.choice(dead)
+
+    def _push_pull(self, addr: str) -> Stream:
+        return Stream(addr, PushPull(self.node_id, self.addr, self.table(), True))
+
     # --- packets -----------------------------------------------------------------------------
     def receive(self, now: float, sender_addr: str, message: Message) -> list[Effect]:
+        """One UDP packet."""
         out: list[Effect] = []
         self._handle(now, sender_addr, message, out)
+        return out
+
+    def receive_stream(self, now: float, sender_addr: str, message: StreamMessage) -> list[Effect]:
+        """One TCP stream message; those of other subsystems (DocVector, DocUpdate) are
+        ignored. A PushPull is merged first and answered with the merged view, so the answer
+        carries any refutation the merge caused (memberlist answers before merging)."""
+        out: list[Effect] = []
+        if isinstance(message, PushPull):
+            self._join_seeds = []
+            self.merge(now, message.updates)
+            if message.reply:
+                table = self.table()
+                out.append(Stream(message.addr, PushPull(self.node_id, self.addr, table, False)))
         return out
 
     def _handle(self, now: float, sender: str, msg: Message, out: list[Effect]) -> None:
@@ -249,12 +308,11 @@ class SwimNode:
                     p.nacks += 1
             case Join(node, addr, inc):
                 self._on_alive(now, Alive(node, addr, inc))
-                snapshot = tuple(self._as_update(m) for m in self._members.values())
-                out.append(Send(sender, StateSync(snapshot)))
-            case StateSync(updates):
+                # Full tables exceed a UDP packet past ~20 members: answer over TCP.
+                out.append(Stream(addr, PushPull(self.node_id, self.addr, self.table(), False)))
+            case StateSync(updates):  # kept decodable for older peers; same as a merge
                 self._join_seeds = []
-                for u in updates:
-                    self._handle(now, sender, u, out)
+                self.merge(now, updates)
             case Alive():
                 self._on_alive(now, msg)
             case Suspect():
@@ -264,102 +322,21 @@ class SwimNode:
             case Leave():
                 self._on_leave(now, msg)
 
-    # --- SWIM precedence ---------------------------------------------------------------------
-    def _on_alive(self, now: float, u: Alive) -> None:
-        if u.node == self.node_id:
-            if u.incarnation > self.incarnation and not self.leaving:
-                self._refute(u.incarnation)
-            return
-        m = self._members.get(u.node)
-        if m is not None and u.incarnation <= m.incarnation:
-            return
-        if m is None or m.state in _GONE:
-            self._order.insert(self.rng.randint(self._order_idx, len(self._order)), u.node)
-        self._suspicions.pop(u.node, None)
-        self._members[u.node] = Member(u.node, u.addr, State.ALIVE, u.incarnation, now)
-        self._broadcast(u)
-
-    def _on_suspect(self, now: float, u: Suspect) -> None:
-        if u.node == self.node_id:
-            if not self.leaving:
-                self._refute(u.incarnation)
-            return
-        m = self._members.get(u.node)
-        if m is None or u.incarnation < m.incarnation or m.state in _GONE:
-            return
-        s = self._suspicions.get(u.node)
-        if m.state == State.SUSPECT and s is not None:
-            if u.incarnation == m.incarnation and s.confirm(u.from_node):
-                self._broadcast(u)  # Lifeguard: spread independent confirmations
-            return
-        n = self._live_count()
-        low, high = suspicion_bounds_s(
-            n,
-            self.cfg.probe_interval_s,
-            self.cfg.suspicion_mult,
-            self.cfg.suspicion_max_timeout_mult,
-        )
-        k = confirmations_wanted(self.cfg.suspicion_mult, n)
-        self._suspicions[u.node] = Suspicion(now, k, low, high, {u.from_node})
-        self._set(now, u.node, State.SUSPECT, u.incarnation)
-        self._broadcast(u)
-
-    def _on_dead(self, now: float, u: Dead) -> None:
-        if u.node == self.node_id:
-            if not self.leaving:
-                self._refute(u.incarnation)
-            return
-        m = self._members.get(u.node)
-        if m is None or u.incarnation < m.incarnation or m.state in _GONE:
-            return
-        self._suspicions.pop(u.node, None)
-        self._set(now, u.node, State.DEAD, u.incarnation)
-        self._broadcast(u)
-
-    def _on_leave(self, now: float, u: Leave) -> None:
-        m = self._members.get(u.node)
-        if u.node == self.node_id or m is None or u.incarnation < m.incarnation:
-            return
-        if m.state in _GONE:
-            return
-        self._suspicions.pop(u.node, None)
-        self._set(now, u.node, State.LEFT, u.incarnation)
-        self._broadcast(u)
-
-    def _refute(self, heard_incarnation: int) -> None:
-        """Only a node raises its own incarnation: out-bid the accusation and say so."""
-        self.incarnation = max(self.incarnation, heard_incarnation) + 1
-        self._set(None, self.node_id, State.ALIVE, self.incarnation)
-        self._broadcast(Alive(self.node_id, self.addr, self.incarnation))
-        self.awareness.apply(1)  # Lifeguard: being suspected hints we are the slow one
-
     # --- helpers -----------------------------------------------------------------------------
-    def _set(self, now: float | None, node: str, state: State, inc: int) -> None:
-        m = self._members[node]
-        since = m.since_s if now is None else now
-        self._members[node] = replace(m, state=state, incarnation=inc, since_s=since)
-
-    def _broadcast(self, u: Update) -> None:
-        self._queue.push(u.node, u, approx_size(u))
-
-    def _piggyback(self, used: int) -> list[Message]:
+    def _piggyback(self, used: int, head_parts: int = 0) -> list[Message]:
         return list(
-            self._queue.take(self._live_count(), _PART_OVERHEAD, self.cfg.max_packet_bytes - used)
+            self._queue.take(
+                self._live_count(),
+                _PART_OVERHEAD,
+                self.cfg.max_packet_bytes - used,
+                MAX_COMPOUND_PARTS - head_parts,
+            )
         )
 
     def _send(self, addr: str, msg: Message) -> Send:
-        extra = self._piggyback(approx_size(msg))
+        # A compound never nests: piggybacked updates join the head's own parts.
+        head = msg.parts if isinstance(msg, Compound) else (msg,)
+        extra = self._piggyback(approx_size(msg), len(head))
         if not extra:
             return Send(addr, msg)
-        return Send(addr, Compound((msg, *extra)))
-
-    def _as_update(self, m: Member) -> Update:
-        match m.state:
-            case State.ALIVE:
-                return Alive(m.node_id, m.addr, m.incarnation)
-            case State.SUSPECT:
-                return Suspect(m.node_id, m.incarnation, self.node_id)
-            case State.DEAD:
-                return Dead(m.node_id, m.incarnation, self.node_id)
-            case _:
-                return Leave(m.node_id, m.incarnation)
+        return Send(addr, Compound((*head, *extra)))

@@ -1,0 +1,322 @@
+"""The mesh wire format: SWIM packets (UDP) and stream frames (TCP), sans-IO.
+
+Packet layout::
+
+    version:1  [mac:16]  payload:msgpack
+
+The version byte holds the wire version in its low 7 bits and, in its high bit, whether the
+packet carries a MAC. The MAC (present exactly when the cluster has a key) is HMAC-SHA256 over
+version+payload, truncated to 16 bytes. Flagging keyed packets in the version byte makes a key
+mismatch in either direction a clean ``bad_mac`` instead of a parse of the MAC as msgpack.
+
+Each message is a compact msgpack array ``[type_tag, field, ...]`` in dataclass field order;
+updates lists (StateSync, PushPull) hold update arrays; Compound is ``[tag, [part, ...]]`` and
+its parts may not be Compounds. A stream frame is a 4-byte big-endian length then one packet.
+
+Everything a peer can send that is not a well-typed message raises :class:`CodecError` (the
+peer's fault); encoding an ill-formed message of our own raises ``ValueError`` (our fault).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import struct
+from collections.abc import Callable
+from typing import Any, Final, Literal
+
+import msgpack
+
+from smg.mesh.messages import (
+    MAX_COMPOUND_PARTS,
+    Ack,
+    Alive,
+    Compound,
+    Dead,
+    DocUpdate,
+    DocVector,
+    Join,
+    Leave,
+    Message,
+    Nack,
+    Ping,
+    PingReq,
+    PushPull,
+    StateSync,
+    StreamMessage,
+    Suspect,
+    Update,
+)
+
+WIRE_VERSION: Final = 1
+KEYED_FLAG: Final = 0x80
+MAC_BYTES: Final = 16
+MAX_PACKET_BYTES: Final = 65_507  # largest UDP payload over IPv4
+MAX_FRAME_BYTES: Final = 8 * 1024 * 1024
+_UINT64_MAX: Final = 2**64 - 1
+_LEN = struct.Struct(">I")
+
+Reason = Literal["too_large", "bad_mac", "bad_version", "malformed"]
+
+
+class CodecError(Exception):
+    """Bytes from a peer that are not a valid message; `.reason` is a stable metric label."""
+
+    def __init__(self, reason: Reason, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason: Reason = reason
+
+
+# --- the message table: one row per type; field kinds in dataclass field order -----------------
+Kind = Literal["uint", "str", "bytes", "bool", "updates"]
+
+_PACKET_TYPES: Final[dict[int, tuple[type, tuple[Kind, ...]]]] = {
+    1: (Ping, ("uint", "str")),
+    2: (PingReq, ("uint", "str", "str")),
+    3: (Ack, ("uint",)),
+    4: (Nack, ("uint",)),
+    5: (Alive, ("str", "str", "uint")),
+    6: (Suspect, ("str", "uint", "str")),
+    7: (Dead, ("str", "uint", "str")),
+    8: (Leave, ("str", "uint")),
+    9: (Join, ("str", "str", "uint")),
+    10: (StateSync, ("updates",)),
+    # 11 is Compound, handled apart: its one field is a list of messages.
+}
+_COMPOUND_TAG: Final = 11
+_UPDATE_TAGS: Final = frozenset({5, 6, 7, 8})
+_STREAM_TYPES: Final[dict[int, tuple[type, tuple[Kind, ...]]]] = {
+    20: (PushPull, ("str", "str", "updates", "bool")),
+    21: (DocVector, ("str", "bytes", "bool")),
+    22: (DocUpdate, ("str", "bytes")),
+}
+
+
+def _rows(
+    table: dict[int, tuple[type, tuple[Kind, ...]]],
+) -> dict[type, tuple[int, tuple[str, ...], tuple[Kind, ...]]]:
+    rows = {}
+    for tag, (cls, kinds) in table.items():
+        names = tuple(f.name for f in dataclasses.fields(cls))
+        assert len(names) == len(kinds), cls
+        rows[cls] = (tag, names, kinds)
+    return rows
+
+
+_ENCODE_ROWS: Final = _rows(_PACKET_TYPES) | _rows(_STREAM_TYPES)
+_STREAM_TYPES_SET: Final = frozenset(cls for cls, _ in _STREAM_TYPES.values())
+
+
+# --- encoding ----------------------------------------------------------------------------------
+def _wire_value(kind: Kind, value: Any) -> Any:
+    if kind == "uint":
+        if type(value) is not int or not 0 <= value <= _UINT64_MAX:
+            raise ValueError(f"not a uint64: {value!r}")
+        return value
+    if kind == "updates":
+        if any(type(u) not in (Alive, Suspect, Dead, Leave) for u in value):
+            raise ValueError("updates may hold only Alive, Suspect, Dead and Leave")
+        return [_to_wire(u) for u in value]
+    return value
+
+
+def _to_wire(msg: Message | StreamMessage) -> list[Any]:
+    if isinstance(msg, Compound):
+        if len(msg.parts) > MAX_COMPOUND_PARTS:
+            raise ValueError(f"Compound has {len(msg.parts)} parts, max {MAX_COMPOUND_PARTS}")
+        if any(isinstance(p, Compound) for p in msg.parts):
+            raise ValueError("Compound may not nest")
+        return [_COMPOUND_TAG, [_to_wire(p) for p in msg.parts]]
+    tag, names, kinds = _ENCODE_ROWS[type(msg)]
+    return [tag, *(_wire_value(k, getattr(msg, n)) for n, k in zip(names, kinds, strict=True))]
+
+
+def _mac(key: bytes, version_and_payload: bytes) -> bytes:
+    return hmac.new(key, version_and_payload, hashlib.sha256).digest()[:MAC_BYTES]
+
+
+def _seal(obj: list[Any], key: bytes | None) -> bytes:
+    payload: bytes = msgpack.packb(obj, use_bin_type=True)
+    if key is None:
+        return bytes((WIRE_VERSION,)) + payload
+    version = bytes((WIRE_VERSION | KEYED_FLAG,))
+    return version + _mac(key, version + payload) + payload
+
+
+def encode_packet(msg: Message, key: bytes | None) -> bytes:
+    """One UDP datagram for `msg`; signed when the cluster has a `key`."""
+    if type(msg) in _STREAM_TYPES_SET:
+        raise ValueError(f"{type(msg).__name__} is a stream message; use encode_frame")
+    return _seal(_to_wire(msg), key)
+
+
+def encode_frame(msg: StreamMessage, key: bytes | None) -> bytes:
+    """One length-prefixed TCP frame for `msg`."""
+    if type(msg) not in _STREAM_TYPES_SET:
+        raise ValueError(f"{type(msg).__name__} is a packet message; use encode_packet")
+    body = _seal(_to_wire(msg), key)
+    return _LEN.pack(len(body)) + body
+
+
+def encoded_size(msg: Message) -> int:
+    """Exact length of `encode_packet(msg, None)`; a keyed packet is MAC_BYTES longer."""
+    return len(encode_packet(msg, None))
+
+
+# --- decoding ----------------------------------------------------------------------------------
+def _malformed(detail: str) -> CodecError:
+    return CodecError("malformed", detail)
+
+
+def _open(data: bytes, key: bytes | None) -> Any:
+    """Check version and MAC, then unpack the payload into plain msgpack objects."""
+    if not data:
+        raise _malformed("empty")
+    version = data[0]
+    if version & ~KEYED_FLAG != WIRE_VERSION:
+        raise CodecError("bad_version", f"version byte {version:#04x}")
+    keyed = bool(version & KEYED_FLAG)
+    if keyed != (key is not None):
+        raise CodecError("bad_mac", "keyed packet without a key" if keyed else "unsigned packet")
+    start = 1
+    if key is not None:
+        start = 1 + MAC_BYTES
+        if len(data) < start or not hmac.compare_digest(
+            data[1:start], _mac(key, data[:1] + data[start:])
+        ):
+            raise CodecError("bad_mac")
+    payload = data[start:]
+    limit = len(payload)
+    try:
+        return msgpack.unpackb(
+            payload,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            max_str_len=limit,
+            max_bin_len=limit,
+            max_array_len=limit,
+            max_map_len=0,
+            max_ext_len=0,
+        )
+    except Exception as exc:  # msgpack raises ValueError, its own errors, UnicodeDecodeError...
+        raise _malformed(f"payload: {type(exc).__name__}") from None
+
+
+def _field(kind: Kind, value: Any) -> Any:
+    if kind == "uint":
+        if type(value) is not int or value < 0:  # msgpack yields at most 2**64 - 1
+            raise _malformed(f"expected uint, got {type(value).__name__}")
+        return value
+    if kind == "str":
+        if type(value) is not str:
+            raise _malformed(f"expected str, got {type(value).__name__}")
+        return value
+    if kind == "bytes":
+        if type(value) is not bytes:
+            raise _malformed(f"expected bytes, got {type(value).__name__}")
+        return value
+    if kind == "bool":
+        if type(value) is not bool:
+            raise _malformed(f"expected bool, got {type(value).__name__}")
+        return value
+    if type(value) is not list:
+        raise _malformed("expected a list of updates")
+    return tuple(_update(u) for u in value)
+
+
+def _build(table: dict[int, tuple[type, tuple[Kind, ...]]], obj: Any) -> Any:
+    if type(obj) is not list or not obj or type(obj[0]) is not int:
+        raise _malformed("expected [tag, fields...]")
+    row = table.get(obj[0])
+    if row is None:
+        raise _malformed(f"unknown tag {obj[0]}")
+    cls, kinds = row
+    if len(obj) != 1 + len(kinds):
+        raise _malformed(f"{cls.__name__} wants {len(kinds)} fields, got {len(obj) - 1}")
+    make: Callable[..., Any] = cls
+    return make(*(_field(k, v) for k, v in zip(kinds, obj[1:], strict=True)))
+
+
+def _update(obj: Any) -> Update:
+    if type(obj) is not list or not obj or type(obj[0]) is not int or obj[0] not in _UPDATE_TAGS:
+        raise _malformed("expected an update")
+    update: Update = _build(_PACKET_TYPES, obj)
+    return update
+
+
+def _message(obj: Any, *, nested: bool) -> Message:
+    if type(obj) is list and len(obj) >= 1 and type(obj[0]) is int and obj[0] == _COMPOUND_TAG:
+        if nested:
+            raise _malformed("nested Compound")
+        if len(obj) != 2 or type(obj[1]) is not list:
+            raise _malformed("Compound wants [tag, [parts...]]")
+        if len(obj[1]) > MAX_COMPOUND_PARTS:
+            raise _malformed(f"Compound has {len(obj[1])} parts, max {MAX_COMPOUND_PARTS}")
+        return Compound(tuple(_message(p, nested=True) for p in obj[1]))
+    msg: Message = _build(_PACKET_TYPES, obj)
+    return msg
+
+
+def decode_packet(data: bytes, key: bytes | None, max_bytes: int = MAX_PACKET_BYTES) -> Message:
+    """The message in one UDP datagram; raises CodecError for anything else."""
+    if len(data) > max_bytes:
+        raise CodecError("too_large", f"{len(data)} > {max_bytes} bytes")
+    return _message(_open(data, key), nested=False)
+
+
+def decode_frame_body(body: bytes, key: bytes | None) -> StreamMessage:
+    """The message in one frame's body (the bytes after the length prefix)."""
+    msg: StreamMessage = _build(_STREAM_TYPES, _open(body, key))
+    return msg
+
+
+class FrameDecoder:
+    """Splits a TCP byte stream into StreamMessages. Sans-IO: feed bytes, get messages.
+
+    A length prefix over `max_frame_bytes` is rejected as soon as its 4 bytes arrive, before
+    any of its body is awaited. After an error the stream is unusable: every later `feed`
+    raises the same error (messages decoded earlier in the failing `feed` are dropped; the
+    caller closes the connection anyway).
+    """
+
+    __slots__ = ("_buf", "_error", "_key", "_max")
+
+    def __init__(self, key: bytes | None, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self._key = key
+        self._max = max_frame_bytes
+        self._buf = bytearray()
+        self._error: CodecError | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of an incomplete frame held; nonzero at end of stream means a cut frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[StreamMessage]:
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._feed(data)
+        except CodecError as exc:
+            self._error = exc
+            self._buf.clear()
+            raise
+
+    def _feed(self, data: bytes) -> list[StreamMessage]:
+        buf = self._buf
+        buf += data
+        out: list[StreamMessage] = []
+        pos = 0
+        while len(buf) - pos >= _LEN.size:
+            (size,) = _LEN.unpack_from(buf, pos)
+            if size > self._max:
+                raise CodecError("too_large", f"frame of {size} > {self._max} bytes")
+            end = pos + _LEN.size + size
+            if len(buf) < end:
+                break
+            out.append(decode_frame_body(bytes(buf[pos + _LEN.size : end]), self._key))
+            pos = end
+        del buf[:pos]
+        return out

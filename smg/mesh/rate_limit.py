@@ -1,0 +1,158 @@
+"""Cluster-wide rate limiting over a Replica: fixed windows, per caller, pure.
+
+Each node counts what it admitted per caller in the current window ``w = floor(now / window_s)``
+and ``flush(now)`` publishes ONE key per node (subkey ``"rl"``) holding
+``[w, {caller: admitted}, {caller: demand in w-1} | None]``. One key per node rather than one per
+caller per node: overwriting a single key leaves one squashed tombstone range (bounded, ~35 B
+measured), whereas interleaved overwrites of many keys cost ~key length + 6 B each, forever, until
+compaction. Readers count another node's value only if its window index is the current window
+(the previous-window demand is a forecast only).
+
+Admission for ``caller`` on this node (``mine`` = what this node admitted this window):
+
+* ``mine < limit / live_nodes`` (the fair share) is always admitted;
+* beyond it, borrow only while ``mine + 1 + reserved <= limit``. ``reserved`` water-fills the limit
+  (max-min fair) over the other nodes' forecast demand, 1.1 x what each was asked for (admitted +
+  refused) last window, with this node taking the rest, and counts each node at
+  ``max(seen this window, its fill)``. A live node whose last-window demand we have not seen
+  (no fresh value, or it just booted) is forecast a fair share.
+
+So all nodes see (nearly) the same allocation summing to ``limit``: equal load gets fair shares,
+skewed load gives the heavy node what the light ones do not ask for, and a lone loaded node whose
+peers report idle windows uses the whole limit. Overshoot comes from a node whose demand jumps
+above its forecast; it is bounded by its fair share, and by one window of lag.
+
+Partitions: ``live_nodes`` is what this side's membership sees and nodes across the cut stop
+reporting (their values age out of the current window), so each side admits up to ``limit`` per
+window on its own: a k-way partition admits up to k x limit cluster-wide. This is a deliberate
+availability choice; a stricter bound would need a quorum.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from smg.mesh.replica import Replica, owner_of
+
+SUBKEY = "rl"
+FORECAST_MARGIN = 1.1
+
+
+class ClusterRateLimiter:
+    def __init__(self, replica: Replica, node_id: str, limit: int, window_s: float) -> None:
+        if limit <= 0 or window_s <= 0:
+            raise ValueError("limit and window_s must be positive")
+        if replica.owner != node_id:
+            raise ValueError("the limiter publishes through its own node's replica")
+        self.replica = replica
+        self.node_id = node_id
+        self.limit = limit
+        self.window_s = window_s
+        self._window: int | None = None
+        self._boot_window: int | None = None  # partial: never used as a forecast
+        self._counts: dict[str, int] = {}
+        self._demand: dict[str, int] = {}  # admitted + refused, this window
+        self._prev: dict[str, int] | None = None  # None: we were not up for the whole last one
+        self._peers: tuple[int, dict[str, tuple[int, dict[str, int], dict[str, int] | None]]]
+        self._peers = (-1, {})
+
+    def window_of(self, now: float) -> int:
+        return math.floor(now / self.window_s)
+
+    def _roll(self, now: float) -> int:
+        w = self.window_of(now)
+        if self._window is None:
+            self._window = self._boot_window = w
+        elif w != self._window:
+            if self._window == self._boot_window:
+                self._prev = None
+            else:
+                self._prev = dict(self._demand) if w == self._window + 1 else {}
+            self._counts = {}
+            self._demand = {}
+            self._window = w
+        return w
+
+    def _others(self) -> dict[str, tuple[int, dict[str, int], dict[str, int] | None]]:
+        version, cached = self._peers
+        if version == self.replica.version:
+            return cached
+        out: dict[str, tuple[int, dict[str, int], dict[str, int] | None]] = {}
+        for key, value in self.replica.items().items():
+            owner = owner_of(key)
+            if owner == self.node_id or key != f"{owner}/{SUBKEY}":
+                continue
+            parsed = _parse(value)
+            if parsed is not None:
+                out[owner] = parsed
+        self._peers = (self.replica.version, out)
+        return out
+
+    def _reserved(self, caller: str, w: int, live_nodes: int, fair: float) -> float:
+        seen: list[int] = []
+        demands: list[float] = []
+        for win, counts, prev in self._others().values():
+            if win == w:
+                s, d = counts.get(caller, 0), (None if prev is None else prev.get(caller, 0))
+            elif win == w - 1:
+                s, d = 0, None  # its last-window demand is not in this value: assume a share
+            else:
+                continue  # stale: a dead node or one across a partition
+            seen.append(s)
+            demands.append(fair if d is None else FORECAST_MARGIN * d)
+        demands += [fair] * max(0, live_nodes - 1 - len(seen))
+        seen += [0] * (len(demands) - len(seen))
+        level = water_level(demands, self.limit)
+        return sum(max(s, min(d, level)) for s, d in zip(seen, demands, strict=True))
+
+    def try_acquire(self, caller: str, now: float, live_nodes: int) -> bool:
+        w = self._roll(now)
+        mine = self._counts.get(caller, 0)
+        fair = self.limit / max(1, live_nodes)
+        self._demand[caller] = self._demand.get(caller, 0) + 1
+        if mine + 1 <= fair or mine + 1 + self._reserved(caller, w, live_nodes, fair) <= self.limit:
+            self._counts[caller] = mine + 1
+            return True
+        return False
+
+    def retry_after_s(self, caller: str, now: float) -> float:
+        """Seconds until the next window opens (when every caller's count starts over)."""
+        w = self._roll(now)
+        return max(0.0, (w + 1) * self.window_s - now)
+
+    def flush(self, now: float) -> None:
+        """Publish this node's counters for the current window (idle nodes publish too: peers
+        read an empty window as 'idle', a missing one as 'unknown, reserve a fair share')."""
+        w = self._roll(now)
+        self.replica.put(SUBKEY, [w, dict(self._counts), self._prev])
+
+    def totals(self, now: float) -> dict[str, int]:
+        """Per caller: this node's count plus every other node's last-seen count, this window."""
+        w = self._roll(now)
+        out = dict(self._counts)
+        for win, counts, _prev in self._others().values():
+            if win == w:
+                for caller, n in counts.items():
+                    out[caller] = out.get(caller, 0) + n
+        return out
+
+
+def water_level(demands: list[float], limit: float) -> float:
+    """Max-min fair share left for one more node of unbounded demand next to `demands`."""
+    remaining, n = float(limit), len(demands) + 1
+    for i, d in enumerate(sorted(demands)):
+        share = remaining / (n - i)
+        if d >= share:
+            return share
+        remaining -= d
+    return remaining
+
+
+def _parse(value: Any) -> tuple[int, dict[str, int], dict[str, int] | None] | None:
+    if not isinstance(value, list) or len(value) != 3 or not isinstance(value[0], int):
+        return None
+    w, counts, prev = value
+    if not isinstance(counts, dict) or not (prev is None or isinstance(prev, dict)):
+        return None
+    return w, counts, prev

@@ -1,0 +1,88 @@
+import random
+from collections import deque
+
+import pytest
+
+from smg.mesh.rate_limit import ClusterRateLimiter
+from smg.mesh.replica import Replica
+
+LIMIT, WINDOW = 100, 1.0
+
+
+def cluster(n: int) -> list[ClusterRateLimiter]:
+    out = []
+    for i in range(n):
+        r = Replica("rl", f"n{i}@1", random.Random(i + 1))
+        out.append(ClusterRateLimiter(r, f"n{i}@1", LIMIT, WINDOW))
+    return out
+
+
+def simulate(
+    rates: list[float], lag_steps: int, windows: int = 8, groups: list[set[int]] | None = None
+) -> dict[int, int]:
+    """Each node gets `rates[i]` requests per window, spread over 100 steps; deltas arrive after
+    `lag_steps` steps. Returns admitted per window, summed over every node."""
+    lims = cluster(len(rates))
+    groups = groups or [set(range(len(rates)))]
+    side = {i: g for g in groups for i in g}
+    wire: deque[tuple[int, int, bytes]] = deque()
+    admitted: dict[int, int] = {}
+    carry = [0.0] * len(rates)
+    steps = 100
+    for t in range(windows * steps):
+        now = t * WINDOW / steps
+        while wire and wire[0][0] <= t:
+            _, dst, data = wire.popleft()
+            lims[dst].replica.apply(data)
+        for i, lim in enumerate(lims):
+            carry[i] += rates[i] / steps
+            while carry[i] >= 1:
+                carry[i] -= 1
+                if lim.try_acquire("caller", now, live_nodes=len(side[i])):
+                    w = lim.window_of(now)
+                    admitted[w] = admitted.get(w, 0) + 1
+            lim.flush(now)
+            delta = lim.replica.take_delta()
+            if delta:
+                for j in side[i] - {i}:
+                    wire.append((t + lag_steps, j, delta))
+    return admitted
+
+
+@pytest.mark.parametrize(
+    "rates",
+    [[300, 300, 300], [1000, 1000, 1000], [400, 20, 20], [300, 60, 5], [120, 120, 0]],
+    ids=["equal", "equal-heavy", "skewed", "skewed3", "two-loaded"],
+)
+@pytest.mark.parametrize("lag", [1, 10, 30])
+def test_admitted_stays_within_110_percent(rates: list[float], lag: int) -> None:
+    admitted = simulate(rates, lag)
+    assert max(admitted.values()) <= 1.1 * LIMIT, admitted
+
+
+def test_lone_loaded_node_uses_nearly_the_whole_limit() -> None:
+    admitted = simulate([500, 0, 0], lag_steps=10)
+    steady = [admitted[w] for w in range(2, 8)]
+    assert min(steady) >= 0.95 * LIMIT, admitted
+
+
+def test_skewed_load_lets_the_heavy_node_borrow() -> None:
+    admitted = simulate([400, 20, 20], lag_steps=10)
+    assert min(admitted[w] for w in range(3, 8)) >= 0.9 * LIMIT, admitted
+
+
+def test_partition_each_side_admits_up_to_the_limit() -> None:
+    admitted = simulate([500, 500, 500], lag_steps=5, groups=[{0}, {1, 2}])
+    steady = [admitted[w] for w in range(2, 8)]
+    assert all(1.9 * LIMIT <= n <= 2 * 1.1 * LIMIT for n in steady), admitted
+
+
+def test_stale_windows_are_ignored_and_totals_add_up() -> None:
+    a, b = cluster(2)
+    for _ in range(30):
+        assert b.try_acquire("c", 0.1, live_nodes=2)
+    b.flush(0.1)
+    a.replica.apply(b.replica.take_delta() or b"")
+    assert a.totals(0.2) == {"c": 30}
+    assert a.totals(1.2) == {}  # b's window 0 does not count in window 1
+    assert a.retry_after_s("c", 1.25) == pytest.approx(0.75)

@@ -1,0 +1,69 @@
+import random
+
+from smg.mesh.hlc import HybridClock
+from smg.mesh.replica import Replica
+from smg.mesh.worker_records import WorkerDirectory
+
+
+def node(name: str, seed: int, wall: list[float]) -> tuple[Replica, WorkerDirectory, HybridClock]:
+    r = Replica("workers", name, random.Random(seed))
+    clock = HybridClock(lambda: wall[0], name)
+    return r, WorkerDirectory(r, name, clock), clock
+
+
+def sync(a: Replica, b: Replica) -> None:
+    b.apply(a.diff(b.state_vector()))
+    a.apply(b.diff(a.state_vector()))
+
+
+def test_hlc_is_monotonic_and_passes_observed_stamps() -> None:
+    wall = [1.0]
+    c = HybridClock(lambda: wall[0], "a")
+    t1, t2 = c.now(), c.now()
+    assert t1 < t2 and t1[0] == 1000
+    c.observe((5000, 3, "b"))  # a peer ahead of our wall clock
+    assert c.now() > (5000, 3, "b")
+    wall[0] = 0.5  # wall clock steps back
+    assert c.now() > t2
+
+
+def test_remove_on_other_node_wins_when_later_even_with_skewed_clocks() -> None:
+    wa, wb = [100.0], [1.0]  # b's wall clock is far behind a's
+    a, da, ca = node("a@1", 1, wa)
+    b, db, cb = node("b@1", 2, wb)
+    da.publish_add("http://w1", {"model": "m"}, ca.now())
+    sync(a, b)
+    assert db.effective() == {"http://w1": {"model": "m"}}  # reading observes a's stamp
+    db.publish_remove("http://w1", cb.now())
+    sync(a, b)
+    assert da.effective() == db.effective() == {}
+    assert da.removed() == {"http://w1"}
+    da.publish_add("http://w1", {"model": "m2"}, ca.now())  # a re-adds after seeing the remove
+    sync(a, b)
+    assert db.effective() == {"http://w1": {"model": "m2"}}
+
+
+def test_concurrent_add_and_remove_resolve_identically_by_stamp() -> None:
+    w = [1.0]
+    a, da, _ = node("a@1", 1, w)
+    b, db, _ = node("b@1", 2, w)
+    da.publish_add("u", {}, (10, 0, "a@1"))
+    db.publish_remove("u", (10, 0, "b@1"))  # same time: node id breaks the tie
+    sync(a, b)
+    assert da.effective() == db.effective() == {}
+
+
+def test_dead_nodes_records_survive_compaction_via_adoption() -> None:
+    w = [1.0]
+    a, da, _ca = node("a@1", 1, w)
+    b, db, _ = node("b@1", 2, w)
+    d, dd, cd = node("d@1", 3, w)
+    dd.publish_add("http://dead-owned", {"x": 1}, cd.now())
+    sync(a, d), sync(b, d), sync(a, b)
+    assert da.adopt_orphans({"a@1", "b@1"}) == 1
+    assert db.adopt_orphans({"a@1", "b@1"}) == 1
+    a.compact()
+    sync(a, b)
+    a.release_previous(), b.release_previous()
+    assert da.effective() == db.effective() == {"http://dead-owned": {"x": 1}}
+    assert "d@1" not in a.owners()

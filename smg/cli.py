@@ -17,9 +17,9 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from smg.config import GatewayConfig, SimConfig
+from smg.config import GatewayConfig, SimConfig, replace_path
 
-COMMANDS = ("launch", "sim", "dev")
+COMMANDS = ("launch", "node", "sim", "dev")
 
 
 def _flag(f: dataclasses.Field[Any]) -> str:
@@ -126,6 +126,10 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     launch = sub.add_parser("launch", help="Run the gateway (the default command)")
     add_gateway_flags(launch)
+    node = sub.add_parser(
+        "node", help="Run the gateway as a mesh node: `smg node --join HOST:PORT[,HOST:PORT]`"
+    )
+    add_gateway_flags(node)
     sim = sub.add_parser("sim", help="Run a simulated worker (HTTP) or engine (--grpc)")
     add_section(sim, SimConfig, "sim.")
     sim.add_argument(
@@ -186,8 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, ns = parse(sys.argv[1:] if argv is None else argv)
     from smg import logs
 
-    if command == "launch":
+    if command in ("launch", "node"):
         cfg = gateway_config_from(ns)
+        if command == "node":
+            cfg = replace_path(cfg, "mesh", enable_mesh=True)
         logs.configure(cfg.observability.log_level, cfg.observability.log_json)
         from smg.api.gateway import Gateway
 

@@ -228,6 +228,46 @@ class ObservabilityConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RateLimitConfig:
+    rate_limit_tokens_per_second: float = knob(
+        0.0,
+        "Requests per second admitted per caller (tenant header, else API key); cluster-wide "
+        "when the mesh is on. 0: no rate limit.",
+    )
+    rate_limit_window_secs: float = knob(1.0, "Length of one rate-limit counting window.")
+    rate_limit_tenant_header: str = knob(
+        "x-tenant-id", "Header naming the caller's tenant; without it the API key is the caller."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MeshNodeConfig:
+    """The gateway mesh: SWIM membership + replicated state (`smg node --join`)."""
+
+    enable_mesh: bool = knob(False, "Join a gateway mesh (`smg node` turns this on).")
+    mesh_server_name: str | None = knob(
+        None, "This node's name in the mesh (default: the host name and mesh port)."
+    )
+    mesh_host: str = knob("0.0.0.0", "Address the mesh listener (UDP + TCP) binds.")
+    mesh_advertise_host: str | None = knob(
+        None, "Address peers reach this node at; required when --mesh-host is 0.0.0.0."
+    )
+    mesh_port: int = knob(39527, "Mesh port (UDP gossip and TCP state sync share it).")
+    mesh_peer_urls: tuple[str, ...] = knob(
+        (), "Peers to join (host:port).", aliases=("--join",), nargs="*"
+    )
+    cluster_key: str | None = knob(
+        None, "Shared secret: every mesh message is authenticated with it (HMAC-SHA256)."
+    )
+    mesh_profile: str = knob(
+        "lan", "Failure-detector timing profile.", choices=("lan", "local", "test")
+    )
+    mesh_fault_injection: bool = knob(
+        False, "Expose POST /mesh/faults (drop/delay/partition) for chaos tests. Never in prod."
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
@@ -239,6 +279,8 @@ class GatewayConfig:
     health: HealthConfig = field(default_factory=HealthConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
+    mesh: MeshNodeConfig = field(default_factory=MeshNodeConfig)
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,7 @@ class WorkerActor(Actor):
         self._publish(snap)
         if self.health.status is HealthStatus.PENDING:
             # registering: check again soon rather than a whole interval later
-            self.tell_later(min(1.0, self.health_cfg.health_check_interval_secs), ProbeTick())
+            self.tell_later(min(0.25, self.health_cfg.health_check_interval_secs), ProbeTick())
 
     def _on_outcome(self, success: bool) -> None:
         now = self.clock.now()

@@ -33,6 +33,7 @@ from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
 from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
 from smg.api.admission import Admission
+from smg.api.mesh_setup import GatewayMesh
 from smg.api.middleware import edge_middleware
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
@@ -106,6 +107,9 @@ class Gateway:
             cfg.routing.policy,
             lambda: self.tokenizers.value,
         )
+        self.mesh = GatewayMesh(cfg, self.clock, self.rng)
+        if self.mesh.enabled:
+            self.metrics.registry.register(self.mesh.collector())
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None
         self.started = asyncio.Event()
@@ -120,7 +124,10 @@ class Gateway:
         srv = self.cfg.server
         app = web.Application(
             client_max_size=srv.max_payload_size,
-            middlewares=[edge_middleware(self.cfg.server.api_key, self.metrics)],
+            middlewares=[
+                edge_middleware(self.cfg.server.api_key, self.metrics),
+                *self.mesh.middlewares(),
+            ],
             handler_args=None,
         )
         relay = HttpRelay(runner, backend)
@@ -163,7 +170,10 @@ class Gateway:
             max_payload=srv.max_payload_size,
             default_api_key=srv.api_key,
             pd_mode=self.cfg.pd.pd_disaggregation,
+            on_added=self.mesh.announce_add,
+            on_removed=self.mesh.announce_remove,
         ).install(app)
+        self.mesh.install(app)
         return app
 
     def _text_policies(self) -> set[str]:
@@ -273,8 +283,9 @@ class Gateway:
                             ),
                         )
                     )
+                await self.mesh.start(core, self._registry, self.registry_cell)
                 for msg in startup_workers(cfg):
-                    await self._registry.ask(msg, 10.0)
+                    self.mesh.announce_add(msg, await self._registry.ask(msg, 10.0))
                 try:
                     await self._serve(runner, backend, stop)
                 finally:
@@ -308,6 +319,7 @@ class Gateway:
         try:
             await stop.wait()
             await self._drain()
+            await self.mesh.leave()
         finally:
             await web_runner.cleanup()
             if metrics_runner is not None:

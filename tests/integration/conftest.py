@@ -475,6 +475,7 @@ class Launcher:
         retries: int = 2,
         prefill: Iterable[tuple[Sim | Engine | str, int | None]] = (),
         decode: Iterable[Sim | Engine | str] = (),
+        command: str = "launch",
         **options: Any,
     ) -> Gateway:
         """Start a gateway in front of `workers`; wait until `ready` of them (default: all) are
@@ -509,7 +510,7 @@ class Launcher:
         if urls:
             flags["worker_urls"] = urls
         total = len(urls) + len(pd_prefill) + len(pd_decode)
-        proc = self._start(f"gateway-{port}", ["launch", *_flags(flags)])
+        proc = self._start(f"gateway-{port}", [command, *_flags(flags)])
         gw = Gateway(proc, port, mport, api_key)
         try:
             gw.wait_ready(total if ready is None else ready)
@@ -517,7 +518,12 @@ class Launcher:
             if retries and _address_in_use(proc):
                 again = total if ready is None else ready
                 return self.gateway(
-                    urls, ready=again, api_key=api_key, retries=retries - 1, **options
+                    urls,
+                    ready=again,
+                    api_key=api_key,
+                    retries=retries - 1,
+                    command=command,
+                    **options,
                 )
             raise
         return gw

@@ -1,0 +1,114 @@
+"""Admin routes and metrics of the mesh: `GET /mesh/status`, `POST /mesh/faults` (chaos only)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from smg import errors
+from smg.actors.mesh_transport import FaultPlan
+
+Status = Callable[[], dict[str, Any] | None]
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(payload), status=status, content_type="application/json")
+
+
+class MeshRoutes:
+    def __init__(self, status: Status, faults: FaultPlan | None) -> None:
+        self.status = status
+        self.faults = faults  # None unless --mesh-fault-injection
+
+    def install(self, app: web.Application) -> None:
+        app.router.add_get("/mesh/status", self.get_status)
+        if self.faults is not None:
+            app.router.add_post("/mesh/faults", self.set_faults)
+
+    async def get_status(self, request: web.Request) -> web.Response:
+        status = self.status()
+        if status is None:
+            raise errors.ApiError(503, "mesh_not_running", "The mesh node is not running")
+        return _json(status)
+
+    async def set_faults(self, request: web.Request) -> web.Response:
+        """`{"drop": 0.1, "delay_ms": [5, 50], "blocked": ["127.0.0.2:39527"]}`: replaces the
+        current plan (omitted keys reset)."""
+        assert self.faults is not None
+        try:
+            body = await request.json(loads=orjson.loads)
+        except (ValueError, orjson.JSONDecodeError):
+            raise errors.ApiError(400, "invalid_json", "Body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise errors.ApiError(400, "invalid_request", "Body must be a JSON object")
+        drop = body.get("drop", 0.0)
+        delay = body.get("delay_ms", [0, 0])
+        blocked = body.get("blocked", [])
+        if (
+            not isinstance(drop, int | float)
+            or not 0 <= drop <= 1
+            or not isinstance(delay, list)
+            or len(delay) != 2
+            or not all(isinstance(d, int | float) and d >= 0 for d in delay)
+            or not isinstance(blocked, list)
+            or not all(isinstance(b, str) for b in blocked)
+        ):
+            raise errors.ApiError(
+                400,
+                "invalid_request",
+                "Expected drop in [0, 1], delay_ms as [min, max] >= 0, blocked as [host:port]",
+            )
+        self.faults.drop = float(drop)
+        self.faults.delay_s = (delay[0] / 1000.0, max(delay) / 1000.0)
+        self.faults.blocked = set(blocked)
+        return _json({"drop": self.faults.drop, "delay_ms": delay, "blocked": sorted(blocked)})
+
+
+class MeshCollector(Collector):
+    """`smg_mesh_*` series, read from the node's status at scrape time."""
+
+    def __init__(self, status: Status) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        st = self.status()
+        if st is None:
+            return
+        members = GaugeMetricFamily(
+            "smg_mesh_members", "Mesh members in this node's view by state", labels=["state"]
+        )
+        counts: dict[str, int] = {"alive": 0, "suspect": 0, "dead": 0, "left": 0}
+        for m in st["members"]:
+            counts[m["state"]] = counts.get(m["state"], 0) + 1
+        for state, n in counts.items():
+            members.add_metric([state], n)
+        yield members
+        inc = GaugeMetricFamily("smg_mesh_incarnation", "This node's SWIM incarnation")
+        inc.add_metric([], st["incarnation"])
+        yield inc
+        for direction in ("in", "out"):
+            fam = CounterMetricFamily(
+                f"smg_mesh_bytes_{direction}",
+                f"Mesh bytes {'received' if direction == 'in' else 'sent'} by channel",
+                labels=["channel"],
+            )
+            for channel, n in st[f"bytes_{direction}"].items():
+                fam.add_metric([channel], n)
+            yield fam
+        dropped = CounterMetricFamily(
+            "smg_mesh_dropped_messages", "Mesh messages dropped, by reason", labels=["reason"]
+        )
+        for reason, n in st["dropped"].items():
+            dropped.add_metric([reason], n)
+        yield dropped
+        doc = GaugeMetricFamily(
+            "smg_mesh_doc_bytes", "Encoded size of each replicated document", labels=["namespace"]
+        )
+        for name, ns in st["namespaces"].items():
+            doc.add_metric([name], ns.get("state_bytes", 0))
+        yield doc

@@ -1,0 +1,224 @@
+"""How a gateway joins the mesh: the node's identity, its replicated documents, its actors.
+
+`GatewayMesh` is built from the config tree. With `--enable-mesh` (or `smg node`) it runs a
+`MeshNode` (membership + replication) and a `MeshSyncActor` (worker registry <-> directory);
+with `--rate-limit-tokens-per-second` alone it still rate-limits, over a private document.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from smg.actors.mailbox import Overflow
+from smg.actors.mesh_node import Leave, MeshNode, MeshView
+from smg.actors.mesh_sync import Announce, DirectoryChanged, MeshSyncActor, spec_of
+from smg.actors.mesh_transport import FaultPlan
+from smg.actors.messages import AddWorker
+from smg.actors.runtime import ActorRef
+from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
+from smg.actors.supervisor import ChildSpec, Supervisor
+from smg.api.mesh_routes import MeshCollector, MeshRoutes
+from smg.api.rate_limiting import rate_limit_middleware
+from smg.clock import Clock
+from smg.config import GatewayConfig, MeshNodeConfig
+from smg.mesh.config import MeshConfig
+from smg.mesh.rate_limit import ClusterRateLimiter
+from smg.mesh.replica import Replica
+from smg.mesh.worker_records import HybridClock, WorkerDirectory
+
+log = structlog.get_logger("smg.mesh")
+
+WORKERS, RATE_LIMITS = "workers", "rate_limits"
+
+
+def node_name(cfg: MeshNodeConfig, advertise_host: str) -> str:
+    return cfg.mesh_server_name or f"{advertise_host}-{cfg.mesh_port}"
+
+
+def advertise_host(cfg: MeshNodeConfig) -> str:
+    if cfg.mesh_advertise_host:
+        return cfg.mesh_advertise_host
+    if cfg.mesh_host not in ("0.0.0.0", "::", ""):
+        return cfg.mesh_host
+    try:
+        host = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        host = "127.0.0.1"
+    log.warning("mesh_advertise_guessed", host=host, hint="set --mesh-advertise-host")
+    return host
+
+
+def seed_addrs(cfg: MeshNodeConfig) -> list[str]:
+    out: list[str] = []
+    for entry in cfg.mesh_peer_urls:
+        for part in entry.replace(",", " ").split():
+            part = part.removeprefix("http://").removeprefix("tcp://").rstrip("/")
+            if ":" not in part:
+                part = f"{part}:{cfg.mesh_port}"
+            out.append(part)
+    return out
+
+
+def swim_profile(name: str) -> MeshConfig:
+    return {"lan": MeshConfig.lan, "local": MeshConfig.local, "test": MeshConfig.test}[name]()
+
+
+class GatewayMesh:
+    def __init__(
+        self,
+        cfg: GatewayConfig,
+        clock: Clock,
+        rng: random.Random,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.wall = wall  # rate-limit windows and HLC stamps: comparable across hosts
+        self.enabled = cfg.mesh.enable_mesh
+        mc = cfg.mesh
+        self.advertise = advertise_host(mc) if self.enabled else "local"
+        epoch = f"{random.SystemRandom().getrandbits(32):08x}"  # fresh per boot, never reused
+        self.node_id = f"{node_name(mc, self.advertise)}@{epoch}"
+        self.rng = rng
+        doc_rng = random.Random(random.SystemRandom().getrandbits(64))  # pycrdt client ids
+        self.replicas = {
+            WORKERS: Replica(WORKERS, self.node_id, doc_rng),
+            RATE_LIMITS: Replica(RATE_LIMITS, self.node_id, doc_rng),
+        }
+        self.view: SnapshotCell[MeshView] = SnapshotCell(MeshView(self.node_id, self.advertise))
+        self.hlc = HybridClock(wall, self.node_id)
+        self.directory = WorkerDirectory(self.replicas[WORKERS], self.node_id, clock=self.hlc)
+        rl = cfg.rate_limit
+        self.limiter: ClusterRateLimiter | None = None
+        if rl.rate_limit_tokens_per_second > 0:
+            per_window = max(
+                1, math.floor(rl.rate_limit_tokens_per_second * rl.rate_limit_window_secs)
+            )
+            self.limiter = ClusterRateLimiter(
+                self.replicas[RATE_LIMITS], self.node_id, per_window, rl.rate_limit_window_secs
+            )
+        self.faults = FaultPlan() if mc.mesh_fault_injection else None
+        self._node: MeshNode | None = None
+        self._node_ref: ActorRef | None = None
+        self._sync: ActorRef | None = None
+
+    # --- the request path -----------------------------------------------------------------------
+    def middlewares(self) -> list[Any]:
+        if self.limiter is None:
+            return []
+        return [
+            rate_limit_middleware(
+                self.limiter,
+                self.wall,
+                lambda: self.view.value.live_nodes,
+                self.cfg.rate_limit.rate_limit_tenant_header,
+            )
+        ]
+
+    def install(self, app: web.Application) -> None:
+        if self.enabled:
+            MeshRoutes(self.status, self.faults).install(app)
+
+    def collector(self) -> MeshCollector:
+        return MeshCollector(self.status)
+
+    def status(self) -> dict[str, Any] | None:
+        return self._node.status() if self._node is not None else None
+
+    # --- lifespan -------------------------------------------------------------------------------
+    async def start(
+        self,
+        core: Supervisor,
+        registry: ActorRef,
+        registry_cell: SnapshotCell[RegistrySnapshot],
+    ) -> None:
+        if not self.enabled:
+            return
+        mc = self.cfg.mesh
+        self._sync = await core.start_child(
+            ChildSpec(
+                "mesh_sync",
+                lambda: MeshSyncActor(
+                    directory=self.directory,
+                    hlc=self.hlc,
+                    registry=registry,
+                    registry_cell=registry_cell,
+                ),
+            )
+        )
+        self._node_ref = await core.start_child(
+            ChildSpec(
+                "mesh_node",
+                self._make_node,
+                capacity=8192,
+                overflow=Overflow.DROP_OLDEST,
+            )
+        )
+        log.info("mesh_joining", node=self.node_id, seeds=seed_addrs(mc))
+
+    def _make_node(self) -> MeshNode:
+        mc = self.cfg.mesh
+        node = MeshNode(
+            node_id=self.node_id,
+            bind_host=mc.mesh_host,
+            bind_port=mc.mesh_port,
+            advertise_addr=f"{self.advertise}:{mc.mesh_port}",
+            seeds=self._seeds(),
+            swim_cfg=swim_profile(mc.mesh_profile),
+            replicas=self.replicas,
+            key=mc.cluster_key.encode() if mc.cluster_key else None,
+            rng=random.Random(self.rng.random()),
+            view=self.view,
+            on_doc_change=self._doc_changed,
+            before_tick=self._flush,
+            faults=self.faults,
+        )
+        self._node = node
+        return node
+
+    def _seeds(self) -> list[str]:
+        """The configured peers, plus (after a restart of the node actor) every member it last
+        saw alive, so a restart rejoins the mesh even when the configured seeds are gone."""
+        seen = [
+            m.addr
+            for m in self.view.value.members
+            if m.state in ("alive", "suspect") and m.node_id != self.node_id
+        ]
+        return list(dict.fromkeys([*seed_addrs(self.cfg.mesh), *seen]))
+
+    def _flush(self, _now: float) -> None:
+        if self.limiter is not None:
+            self.limiter.flush(self.wall())
+
+    def _doc_changed(self, namespace: str) -> None:
+        if namespace == WORKERS and self._sync is not None and self._sync.alive:
+            try:
+                self._sync.tell(DirectoryChanged())
+            except Exception:  # full: a reconcile is already queued
+                pass
+
+    # --- announcements from this node's API and command line ------------------------------------
+    def announce_add(self, msg: AddWorker, snap: WorkerSnapshot) -> None:
+        if self._sync is not None and self._sync.alive:
+            self._sync.tell(Announce(snap.url, spec_of(msg, snap.url)))
+
+    def announce_remove(self, snap: WorkerSnapshot) -> None:
+        if self._sync is not None and self._sync.alive:
+            self._sync.tell(Announce(snap.url, None))
+
+    async def leave(self) -> None:
+        """Graceful leave at shutdown: peers mark us LEFT instead of suspecting us."""
+        if self._node_ref is not None and self._node_ref.alive:
+            try:
+                self._node_ref.tell(Leave())
+            except Exception:
+                return
+            await self.clock.sleep(0.3)

@@ -1,0 +1,62 @@
+"""Per-caller rate limiting on the inference routes (`--rate-limit-tokens-per-second`).
+
+The caller is the tenant header's value, else a hash of the bearer token (raw keys are never
+written into replicated state), else "anonymous". The limiter is the mesh's cluster-wide one
+(`smg/mesh/rate_limit.py`); without a mesh it runs over a private document with one live node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from smg import errors
+from smg.api.middleware import Handler
+from smg.mesh.rate_limit import ClusterRateLimiter
+
+INFERENCE_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/embeddings",
+        "/v1/rerank",
+        "/generate",
+    }
+)
+
+
+def caller_of(request: web.Request, tenant_header: str) -> str:
+    tenant = request.headers.get(tenant_header)
+    if tenant:
+        return "t:" + tenant[:128]
+    auth = request.headers.get("Authorization", "")
+    if auth.startswith("Bearer ") and auth[7:].strip():
+        return "k:" + hashlib.sha256(auth[7:].strip().encode()).hexdigest()[:16]
+    return "anonymous"
+
+
+def rate_limit_middleware(
+    limiter: ClusterRateLimiter,
+    wall: Callable[[], float],
+    live_nodes: Callable[[], int],
+    tenant_header: str,
+) -> Any:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method == "POST" and request.path in INFERENCE_PATHS:
+            caller = caller_of(request, tenant_header)
+            now = wall()  # windows must line up across hosts: wall time, not monotonic
+            if not limiter.try_acquire(caller, now, live_nodes()):
+                wait = limiter.retry_after_s(caller, now)
+                raise errors.ApiError(
+                    429,
+                    "rate_limit_exceeded",
+                    f"Rate limit exceeded for this caller; retry in {wait:.1f} s",
+                )
+        return await handler(request)
+
+    return middleware

@@ -1,0 +1,183 @@
+"""A real 3-node mesh on loopback: `smg node --join`, one address per node (127.0.0.x).
+
+A worker registered on node A serves through B and C; A is killed with SIGKILL and B and C keep
+serving it; a removal on B reaches C; a partition (the in-process fault-injecting transport)
+hides a registration until it heals; garbage on the mesh port is counted and dropped.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from .conftest import Gateway, Launcher, Sim, free_port, wait_until
+
+KEY = "integration-cluster-key"
+BODY = {"model": "m", "messages": [{"role": "user", "content": "mesh"}], "max_tokens": 2}
+
+
+@dataclass
+class Node:
+    gw: Gateway
+    addr: str  # mesh host:port
+
+    def status(self) -> dict[str, Any]:
+        r = self.gw.request("GET", "/mesh/status")
+        assert r.status == 200, r
+        return r.json()
+
+    def states(self) -> dict[str, str]:
+        return {m["addr"]: m["state"] for m in self.status()["members"]}
+
+    def chat_ok(self) -> bool:
+        return self.gw.request("POST", "/v1/chat/completions", BODY).status == 200
+
+    def faults(self, **plan: Any) -> None:
+        r = self.gw.request("POST", "/mesh/faults", plan)
+        assert r.status == 200, r
+
+
+def start_node(launch: Launcher, host: str, join: list[Node], **options: Any) -> Node:
+    port = free_port()
+    flags: dict[str, Any] = {
+        "mesh_host": host,
+        "mesh_port": port,
+        "mesh_profile": "test",
+        "cluster_key": KEY,
+        "mesh_fault_injection": True,
+        **options,
+    }
+    if join:
+        flags["join"] = ",".join(n.addr for n in join)
+    gw = launch.gateway([], ready=0, command="node", **flags)
+    return Node(gw, f"{host}:{port}")
+
+
+def all_alive(nodes: list[Node], n: int) -> bool:
+    for node in nodes:
+        states = node.states()
+        if sum(1 for s in states.values() if s == "alive") < n:
+            return False
+    return True
+
+
+@pytest.fixture
+def trio(launch: Launcher) -> Iterator[tuple[Node, Node, Node]]:
+    a = start_node(launch, "127.0.0.11", [])
+    b = start_node(launch, "127.0.0.12", [a])
+    c = start_node(launch, "127.0.0.13", [a, b])
+    wait_until(lambda: all_alive([a, b, c], 3), 15.0, "three nodes alive in every view")
+    yield a, b, c
+
+
+def add_worker(node: Node, sim: Sim) -> None:
+    r = node.gw.request("POST", "/workers", {"url": sim.url})
+    assert r.status == 202, r
+
+
+def test_worker_registered_on_a_serves_through_b_and_c_and_survives_a(
+    launch: Launcher, trio: tuple[Node, Node, Node]
+) -> None:
+    a, b, c = trio
+    sim = launch.sim("m")
+    t0 = time.monotonic()
+    add_worker(a, sim)
+    wait_until(lambda: b.chat_ok() and c.chat_ok(), 10.0, "B and C serve A's worker", 0.02)
+    elapsed = time.monotonic() - t0
+    print(f"registered on A -> served through B and C after {elapsed:.2f} s")
+    assert elapsed < 5.0  # the issue asks for 1 s on a quiet machine; CI boxes are not quiet
+    served_before = sim.stats()["requests"]
+
+    a.gw.proc.signal(signal.SIGKILL)
+    for _ in range(5):
+        assert b.chat_ok() and c.chat_ok()
+    assert sim.stats()["requests"] >= served_before + 10
+    wait_until(
+        lambda: b.states().get(a.addr) == "dead" and c.states().get(a.addr) == "dead",
+        20.0,
+        "A declared dead by B and C",
+    )
+    assert b.chat_ok() and c.chat_ok()  # its worker outlives it
+
+    # A removal on B reaches C.
+    worker = b.gw.worker_by_url(sim.url)
+    assert worker is not None
+    r = b.gw.request("DELETE", f"/workers/{worker['id']}")
+    assert r.status == 202, r
+    wait_until(lambda: c.gw.worker_by_url(sim.url) is None, 5.0, "C forgets the removed worker")
+
+
+def test_partition_hides_a_registration_until_it_heals(
+    launch: Launcher, trio: tuple[Node, Node, Node]
+) -> None:
+    a, b, c = trio
+    c.faults(blocked=[a.addr, b.addr])
+    a.faults(blocked=[c.addr])
+    b.faults(blocked=[c.addr])
+    wait_until(lambda: a.states().get(c.addr) in ("suspect", "dead"), 15.0, "A stops seeing C")
+    sim = launch.sim("m")
+    add_worker(a, sim)
+    wait_until(lambda: b.gw.worker_by_url(sim.url) is not None, 5.0, "B imports the worker")
+    time.sleep(1.0)
+    assert c.gw.worker_by_url(sim.url) is None  # the partition holds
+
+    for node in (a, b, c):
+        node.faults()  # heal
+    t0 = time.monotonic()
+    wait_until(lambda: all_alive([a, b, c], 3), 20.0, "all alive again after the heal")
+    wait_until(lambda: c.gw.worker_by_url(sim.url) is not None, 20.0, "C imports after heal")
+    print(f"heal -> C has the worker after {time.monotonic() - t0:.2f} s")
+    digests = [n.status()["namespaces"]["workers"]["digest"] for n in (a, b, c)]
+    wait_until(
+        lambda: len({n.status()["namespaces"]["workers"]["digest"] for n in (a, b, c)}) == 1,
+        10.0,
+        f"identical worker directories (were {digests})",
+    )
+
+
+def test_garbage_on_the_mesh_port_is_dropped_and_counted(
+    trio: tuple[Node, Node, Node],
+) -> None:
+    a, _, _ = trio
+    host, port = a.addr.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for payload in (b"", b"\x00", b"\x81" + b"x" * 40, b"\x01\x93\x01\x02", b"\xff" * 2000):
+            s.sendto(payload, (host, int(port)))
+    with socket.create_connection((host, int(port)), timeout=2) as t:
+        t.sendall(b"\xff\xff\xff\xff" + b"junk")  # a frame far over the size limit
+    wait_until(lambda: sum(a.status()["dropped"].values()) >= 5, 5.0, "drops counted")
+    assert a.chat_ok() is False  # no workers: the node still answers (503), it did not crash
+    assert all_alive([a], 3)
+
+
+def test_cluster_rate_limit_across_three_nodes(launch: Launcher) -> None:
+    a = start_node(launch, "127.0.0.21", [], rate_limit_tokens_per_second=10)
+    b = start_node(launch, "127.0.0.22", [a], rate_limit_tokens_per_second=10)
+    c = start_node(launch, "127.0.0.23", [a, b], rate_limit_tokens_per_second=10)
+    wait_until(lambda: all_alive([a, b, c], 3), 15.0, "three nodes alive")
+    sim = launch.sim("m")
+    add_worker(a, sim)
+    wait_until(lambda: all(n.chat_ok() for n in (a, b, c)), 10.0, "all serve")
+    time.sleep(1.1)  # a fresh window
+    t0 = time.monotonic()
+    admitted = limited = 0
+    while time.monotonic() - t0 < 3.0:
+        for n in (a, b, c):
+            r = n.gw.request("POST", "/v1/chat/completions", BODY)
+            if r.status == 200:
+                admitted += 1
+            else:
+                assert r.status == 429, r
+                assert r.json()["error"]["code"] == "rate_limit_exceeded"
+                limited += 1
+    windows = time.monotonic() - t0
+    print(f"cluster rate limit 10/s over {windows:.1f} s: admitted {admitted}, limited {limited}")
+    assert limited > 0
+    # at most the limit per window, plus one partial window at each end
+    assert admitted <= 1.1 * 10 * (windows + 1), admitted

@@ -57,16 +57,18 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def ticker(lags: list[float], done: asyncio.Event) -> None:
+    """Sleep 1 ms at a time until `done`, recording how late each wake-up is (ms)."""
+    while not done.is_set():
+        t0 = time.perf_counter()
+        await asyncio.sleep(0.001)
+        lags.append((time.perf_counter() - t0 - 0.001) * 1e3)
+
+
 async def measure(work: Callable[[], Awaitable[object]]) -> tuple[list[float], float]:
     """Lags (ms) of a 1 ms ticker while `work` runs, and the work's wall time (s)."""
     lags: list[float] = []
     done = asyncio.Event()
-
-    async def ticker() -> None:
-        while not done.is_set():
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.001)
-            lags.append((time.perf_counter() - t0 - 0.001) * 1e3)
 
     async def run() -> float:
         await asyncio.sleep(0.02)  # let the ticker settle
@@ -77,7 +79,7 @@ async def measure(work: Callable[[], Awaitable[object]]) -> tuple[list[float], f
         return elapsed
 
     async with asyncio.TaskGroup() as tg:
-        tg.create_task(ticker())
+        tg.create_task(ticker(lags, done))
         job = tg.create_task(run())
     return lags, job.result()
 

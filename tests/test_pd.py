@@ -326,3 +326,24 @@ def test_pd_routes_a_failed_leg_cancels_the_other(script: dict[str, Any], code: 
         asyncio.run(run())
     assert info.value.status == 502 and info.value.code == f"pd_{code}_failed"
     assert all(x.counter.active == 0 for x in workers)
+
+
+@pytest.mark.parametrize(
+    ("args", "port"),
+    [
+        ({"disaggregation_mode": "prefill", "disaggregation_bootstrap_port": 8998.0}, 8998),
+        ({"disaggregation_bootstrap_port": 8998}, 8998),  # no mode given: taken as prefill
+        ({"disaggregation_mode": "prefill", "disaggregation_bootstrap_port": "9001"}, 9001),
+        ({"disaggregation_mode": "prefill", "disaggregation_bootstrap_port": 0.0}, None),
+        ({"disaggregation_mode": "prefill", "disaggregation_bootstrap_port": 70000}, None),
+        ({"disaggregation_mode": "prefill", "disaggregation_bootstrap_port": 8998.5}, None),
+        ({"disaggregation_mode": "prefill", "disaggregation_bootstrap_port": None}, None),
+        ({"disaggregation_mode": "prefill", "disaggregation_bootstrap_port": True}, None),
+        ({"disaggregation_mode": "prefill", "disaggregation_bootstrap_port": "x"}, None),
+        ({"disaggregation_mode": "decode", "disaggregation_bootstrap_port": 8998}, None),
+        ({"disaggregation_mode": "null", "disaggregation_bootstrap_port": 8998}, None),
+        ({}, None),
+    ],
+)
+def test_bootstrap_port_from_server_args(args: dict[str, Any], port: int | None) -> None:
+    assert pd.bootstrap_port_from(args) == port

@@ -42,6 +42,16 @@ def test_sglang_legs_use_the_prefill_bootstrap() -> None:
     assert out.bootstrap == ("::1", 8998, 7) and out.sampling == REQ.sampling
 
 
+def test_sglang_legs_use_a_discovered_port_only_when_none_is_configured() -> None:
+    class W:
+        url = "grpc://10.0.0.5:50051"
+        bootstrap_port: int | None = None
+
+    assert sglang_legs(REQ, W(), 7, 9001).bootstrap == ("10.0.0.5", 9001, 7)  # type: ignore[arg-type]
+    W.bootstrap_port = 8998
+    assert sglang_legs(REQ, W(), 7, 9001).bootstrap == ("10.0.0.5", 8998, 7)  # type: ignore[arg-type]
+
+
 def test_vllm_prefill_and_decode_requests() -> None:
     pre = vllm_prefill(REQ)
     assert pre.sampling.max_tokens == 1 and pre.sampling.n == 1 and not pre.stream

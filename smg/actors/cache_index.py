@@ -4,6 +4,13 @@ The policy matches and inserts on the request path (a synchronous call into the 
 owns: no await sits between match and insert, so it is never seen half-updated). Upkeep that can
 be slow — the periodic LRU eviction to `--max-tree-size`, forgetting a removed worker — happens
 here, off the request path, in response to messages.
+
+An eviction pass over a large tree costs seconds of CPU (100k cached prefixes: ~1 s), so it runs
+in slices of about `slice_target_s` each, yielding to the loop between slices: requests keep
+matching and inserting while a pass is under way (the pure `Eviction` job copes with the tree
+changing between its steps). The slice size is counted in work units and adapted after every
+slice to the measured time, so it tracks the machine. A pass is one message: other messages wait
+for it (a `ForgetWorker` is harmless to delay), except a stop, which ends the pass early.
 """
 
 from __future__ import annotations
@@ -18,6 +25,11 @@ from smg.config import RoutingConfig
 
 log = structlog.get_logger("smg.cache_index")
 
+SLICE_TARGET_S = 0.002  # a loop stall nobody notices next to a request's own latency
+MIN_SLICE_UNITS = 64
+MAX_SLICE_UNITS = 1 << 16
+FIRST_SLICE_UNITS = 512  # a unit is a node scanned or popped: ~1-4 µs
+
 
 @dataclass(frozen=True, slots=True)
 class Evict:
@@ -30,11 +42,24 @@ class ForgetWorker:
 
 
 class CacheIndexActor(Actor):
-    def __init__(self, policy: Any, cfg: RoutingConfig) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        cfg: RoutingConfig,
+        *,
+        slice_target_s: float = SLICE_TARGET_S,
+        max_slice_units: int = MAX_SLICE_UNITS,
+    ) -> None:
         super().__init__()
         self.policy = policy
         self.cfg = cfg
+        self.slice_target_s = slice_target_s
+        self.max_slice_units = max_slice_units
+        self.slice_units = min(FIRST_SLICE_UNITS, max_slice_units)
         self.evicted_total = 0
+        self.passes = 0
+        self.last_pass_slices = 0
+        self.max_slice_s = 0.0  # the longest slice so far: the worst stall eviction caused
 
     async def on_start(self) -> None:
         if hasattr(self.policy, "evict") and self.cfg.eviction_interval_secs > 0:
@@ -43,13 +68,41 @@ class CacheIndexActor(Actor):
     async def handle(self, message: Any) -> Any:
         match message:
             case Evict():
-                evicted = int(self.policy.evict(self.cfg.max_tree_size) or 0)
+                if hasattr(self.policy, "begin_evict"):
+                    evicted = await self._evict_in_slices()
+                else:
+                    evicted = int(self.policy.evict(self.cfg.max_tree_size) or 0)
                 self.evicted_total += evicted
+                self.passes += 1
                 if evicted:
-                    log.debug("cache_evicted", elements=evicted)
+                    log.debug("cache_evicted", elements=evicted, slices=self.last_pass_slices)
                 return evicted
             case ForgetWorker(worker_id=wid):
                 self.policy.on_worker_removed(wid)
                 return None
             case _:
                 raise TypeError(f"CacheIndexActor: unexpected message {message!r}")
+
+    async def _evict_in_slices(self) -> int:
+        job = self.policy.begin_evict(self.cfg.max_tree_size)
+        now = self.clock.now
+        slices = 0
+        while True:
+            t0 = now()
+            done = job.step(self.slice_units)
+            elapsed = now() - t0
+            slices += 1
+            self.max_slice_s = max(self.max_slice_s, elapsed)
+            self._adapt(elapsed)
+            if done or self.stop_requested:
+                break
+            await self.clock.sleep(0)  # let requests (and the ticker) run between slices
+        self.last_pass_slices = slices
+        return int(job.freed)
+
+    def _adapt(self, elapsed_s: float) -> None:
+        """Halve the slice when it ran long, double it when it ran well under the target."""
+        if elapsed_s > self.slice_target_s:
+            self.slice_units = max(MIN_SLICE_UNITS, self.slice_units // 2)
+        elif elapsed_s < self.slice_target_s / 2:
+            self.slice_units = min(self.max_slice_units, self.slice_units * 2)

@@ -59,6 +59,11 @@ class Mailbox:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def control_pending(self) -> bool:
+        """A control message (stop) waits: a long, sliced job should wind up."""
+        return bool(self._control)
+
     def put(self, envelope: Envelope) -> None:
         if self._closed:
             raise MailboxClosed

@@ -96,6 +96,12 @@ class Actor:
 
         return self.clock.call_later(delay_s, fire)
 
+    @property
+    def stop_requested(self) -> bool:
+        """A stop is queued behind the message being handled: a handler that yields between
+        slices of a long job checks this to end early rather than hold up the shutdown."""
+        return self.ref._cell.mailbox.control_pending
+
     def _cancel_tasks(self) -> None:
         for t in list(self._tasks):
             t.cancel()

@@ -143,7 +143,12 @@ class Gateway:
             ),
             pd=None
             if pd_routes is None
-            else GrpcPd(routes=pd_routes, engines=self.engines, timeout_s=srv.request_timeout_secs),
+            else GrpcPd(
+                routes=pd_routes,
+                engines=self.engines,
+                timeout_s=srv.request_timeout_secs,
+                prefill_retries=0 if self.cfg.retry.disable_retries else 1,
+            ),
         )
         openai = OpenAIRoutes(
             runner=runner,
@@ -189,8 +194,11 @@ class Gateway:
 
         def policy(name: str | None) -> Policy:
             chosen = name or self.cfg.routing.policy
-            if chosen == self.cfg.routing.policy:
+            if chosen == self.cfg.routing.policy and isinstance(self.policy, CacheAwarePolicy):
                 return self.policy  # share its state (cache-aware trees, KV index)
+            # One instance per role otherwise: a round-robin counter shared by both roles moves
+            # twice per request, so with two prefills and one decode every request would land on
+            # the same prefill.
             return make_policy(chosen, self.cfg.routing, self.rng, self.clock.now, loads=self.loads)
 
         return PdRoutes(

@@ -6,13 +6,18 @@ KV cache gets from prefill to decode depends on the decode engine's runtime:
 
 * SGLang: the same `GenerateRequest` goes to both at once, with `disaggregated_params` naming the
   prefill's bootstrap host and port and a random room (the proto's field is int32, so 31 bits).
-  The prefill leg is drained by a child task.
+  The prefill leg is drained by a child task. A prefill added without a bootstrap port
+  (`--prefill URL`) is asked once for its `GetServerInfo`, whose server args carry SGLang's
+  `disaggregation_bootstrap_port`; the answer is cached per URL and forgotten when a prefill leg
+  on that URL fails (a restarted engine may listen elsewhere).
 * vLLM: the prefill runs first, non-streaming, with max_tokens 1 and `kv_transfer_params_json`
   asking for a remote decode (the NIXL proxy's convention); its `GenerateComplete` answers the
   connector's params, which the decode request then carries.
 
 A failing leg cancels the other one and the client gets 502 `pd_prefill_failed` /
-`pd_decode_failed` (an error event if its stream has started). No retries, as in HTTP PD.
+`pd_decode_failed` (an error event if its stream has started), except that a prefill failing
+before the client was sent anything (a non-streamed request, or a stream not yet started) is
+retried once on another prefill, with a new decode leg (HTTP PD does not retry).
 """
 
 from __future__ import annotations
@@ -20,17 +25,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
+from google.protobuf import json_format
 
 from smg import errors
 from smg.actors.snapshots import WorkerSnapshot
 from smg.api.pd_routes import LegFailed, PdRoutes, leg_done
 from smg.api.relay import sse_error
 from smg.pipeline import pd
-from smg.pipeline.backends.grpc import EngineClient
+from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.grpc_convert import SGLANG
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, start_stream
 from smg.pipeline.backends.http import UpstreamError
@@ -59,11 +65,27 @@ VLLM_PREFILL_KV = json.dumps(
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
-def sglang_legs(req: EngineRequest, prefill: WorkerSnapshot, room: int) -> EngineRequest:
-    """The one request both SGLang legs get: the prefill's bootstrap rendezvous added."""
-    return dataclasses.replace(
-        req, bootstrap=(pd.bootstrap_host(prefill.url), prefill.bootstrap_port or 0, room)
+def sglang_legs(
+    req: EngineRequest, prefill: WorkerSnapshot, room: int, port: int | None = None
+) -> EngineRequest:
+    """The one request both SGLang legs get: the prefill's bootstrap rendezvous added (`port`:
+    the discovered one, when the prefill was added without one)."""
+    port = prefill.bootstrap_port or port or 0
+    return dataclasses.replace(req, bootstrap=(pd.bootstrap_host(prefill.url), port, room))
+
+
+async def server_args(client: EngineClient, timeout_s: float) -> dict[str, Any]:
+    """An SGLang engine's `GetServerInfo().server_args` as a dict.
+
+    EngineClient has no public server-info call yet (its module belongs to the gRPC adapter),
+    so this goes through its probe stub; move it there when one exists.
+    """
+    reply = await client._unary(
+        client._probe.GetServerInfo,
+        client._pb.GetServerInfoRequest(),
+        timeout_s,
     )
+    return json_format.MessageToDict(reply.server_args)
 
 
 def vllm_prefill(req: EngineRequest) -> EngineRequest:
@@ -80,11 +102,34 @@ def vllm_decode(req: EngineRequest, kv_params: str) -> EngineRequest:
     return dataclasses.replace(req, kv_transfer_params_json=kv_params)
 
 
+class _RetryPrefill(Exception):
+    """The prefill at `url` failed before the client was sent anything: try another pair."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
+
+
+def _another_prefill(candidates: tuple[WorkerSnapshot, ...], failed: str, now: float) -> bool:
+    return any(
+        w.worker_type == pd.PREFILL and w.url != failed and w.routable(now) for w in candidates
+    )
+
+
 class GrpcPd:
-    def __init__(self, *, routes: PdRoutes, engines: EnginePool, timeout_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        routes: PdRoutes,
+        engines: EnginePool,
+        timeout_s: float,
+        prefill_retries: int = 1,
+    ) -> None:
         self.routes = routes
         self.engines = engines
         self.timeout_s = timeout_s
+        self.prefill_retries = prefill_retries  # other prefills tried after one fails (0: none)
+        self._bootstrap_ports: dict[str, int] = {}  # discovered, by prefill URL
 
     async def run(
         self,
@@ -94,9 +139,40 @@ class GrpcPd:
         route: RouteRequest,
         engine_request: EngineRequest,
     ) -> web.StreamResponse:
+        """Serve through a PD pair; a prefill that fails before the client got anything is
+        left out and the request tried again on another pair, `prefill_retries` times at most
+        (each retry under a fresh request id, so the aborts of the old legs cannot hit it)."""
+        failed: set[str] = set()
+        req = engine_request
+        while True:
+            candidates = tuple(
+                w for w in pipeline.runner.candidates(prepared.model) if w.url not in failed
+            )
+            may_retry = len(failed) < self.prefill_retries
+            try:
+                return await self._attempt(
+                    pipeline, request, prepared, route, req, candidates, may_retry
+                )
+            except _RetryPrefill as retry:
+                failed.add(retry.url)
+                log.warning("pd_prefill_retry", failed=retry.url, attempt=len(failed))
+                req = dataclasses.replace(
+                    engine_request, request_id=f"{engine_request.request_id}-r{len(failed)}"
+                )
+
+    async def _attempt(
+        self,
+        pipeline: PipelineRoutes,
+        request: web.Request,
+        prepared: Prepared,
+        route: RouteRequest,
+        engine_request: EngineRequest,
+        candidates: tuple[WorkerSnapshot, ...],
+        may_retry: bool,
+    ) -> web.StreamResponse:
         r = self.routes
         pair = pd.select_pair(
-            pipeline.runner.candidates(prepared.model),
+            candidates,
             route,
             prefill_policy=r.prefill_policy,
             decode_policy=r.decode_policy,
@@ -125,7 +201,8 @@ class GrpcPd:
                 decode_client = self._client(pd.DECODE, pair.decode)
                 if decode_client.runtime == SGLANG:
                     room = r.rng.getrandbits(ROOM_BITS_GRPC)
-                    decode_req = sglang_legs(engine_request, pair.prefill, room)
+                    port = await self._bootstrap_port(pair.prefill)
+                    decode_req = sglang_legs(engine_request, pair.prefill, room, port)
                     tg.create_task(self._prefill(pair.prefill, decode_req, need_kv=False))
                 else:
                     kv = await self._prefill(pair.prefill, vllm_prefill(engine_request), True)
@@ -151,6 +228,13 @@ class GrpcPd:
             assert out is not None
             return out
         log.warning("pd_leg_failed", role=failure.role, detail=failure.detail, grpc=True)
+        if (
+            may_retry
+            and failure.role == pd.PREFILL
+            and (resp is None or not resp.prepared)
+            and _another_prefill(candidates, pair.prefill.url, r.clock.now())
+        ):
+            raise _RetryPrefill(pair.prefill.url)
         err = failure.api_error()
         if resp is not None and resp.prepared:  # the client's stream has started
             if not outcome[0]:
@@ -161,6 +245,29 @@ class GrpcPd:
                     pass
             return resp
         raise err
+
+    async def _bootstrap_port(self, prefill: WorkerSnapshot) -> int:
+        """The prefill's KV bootstrap port: configured, cached, or asked of the engine."""
+        if prefill.bootstrap_port:
+            return prefill.bootstrap_port
+        known = self._bootstrap_ports.get(prefill.url)
+        if known is not None:
+            return known
+        client = self._client(pd.PREFILL, prefill)
+        try:
+            args = await server_args(client, min(self.timeout_s, client.rpc_timeout_s))
+        except (UpstreamError, EngineError) as exc:
+            raise LegFailed(pd.PREFILL, f"{prefill.url}: GetServerInfo failed: {exc}") from exc
+        port = pd.bootstrap_port_from(args)
+        if port is None:
+            raise LegFailed(
+                pd.PREFILL,
+                f"{prefill.url} reports no disaggregation_bootstrap_port: give one with "
+                "--prefill URL PORT",
+            )
+        log.info("pd_bootstrap_port_discovered", url=prefill.url, port=port)
+        self._bootstrap_ports[prefill.url] = port
+        return port
 
     def _client(self, role: str, worker: WorkerSnapshot) -> EngineClient:
         try:
@@ -201,6 +308,7 @@ class GrpcPd:
             return kv
         except LegFailed:
             success = False
+            self._bootstrap_ports.pop(worker.url, None)  # re-ask a restarted engine
             raise
         finally:
             leg_done(worker, success)  # cancelled (the decode leg failed): outcome unknown

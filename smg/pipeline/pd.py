@@ -9,7 +9,7 @@ worker's answer is the client's. This module holds no sockets and no clock: `now
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -51,6 +51,24 @@ def bootstrap_host(url: str) -> str:
     if not host:
         raise ValueError(f"worker URL has no host: {url!r}")
     return host
+
+
+def bootstrap_port_from(server_args: Mapping[str, Any]) -> int | None:
+    """A prefill engine's KV bootstrap port from its SGLang server args (`GetServerInfo`'s
+    `server_args` as a dict, or `/get_server_info`): `disaggregation_bootstrap_port`, when the
+    engine runs in prefill mode and the value is a port. Struct numbers arrive as floats."""
+    if server_args.get("disaggregation_mode", PREFILL) != PREFILL:
+        return None
+    value = server_args.get("disaggregation_bootstrap_port")
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        port = float(value)
+    except ValueError:
+        return None
+    if not port.is_integer() or not 0 < port < 65536:
+        return None
+    return int(port)
 
 
 def new_room(rng: random.Random) -> int:

@@ -277,40 +277,98 @@ class RadixTree:
 
         Each tenant over the bound loses its oldest leaves (by its own access times) until its
         size is at most `max_size_per_tenant`. A node no tenant holds any more is removed. Cost:
-        one pass over the tree plus a heap pop per evicted node, so run it periodically, off the
-        request path.
+        one pass over the tree plus a heap pop per evicted node, all at once: a shell on an event
+        loop should run an `Eviction` in slices instead.
         """
-        over = {t for t, s in self._sizes.items() if s > max_size_per_tenant}
-        if not over:
-            return 0
-        heaps: dict[str, list[tuple[float, int, _Node]]] = {t: [] for t in over}
-        seq = 0
-        stack = list(self._root.children.values())
-        while stack:
+        job = Eviction(self, max_size_per_tenant)
+        while not job.step(1 << 62):
+            pass
+        return job.freed
+
+
+class Eviction:
+    """One LRU eviction pass over a tree (see `RadixTree.evict`), run in bounded steps.
+
+    `step(budget)` does at most `budget` units of work (a unit is one node scanned or one heap
+    entry popped, each a few microseconds) and returns whether the pass is over, so an owner on
+    an event loop can yield between steps. The tree stays usable between steps: `match`,
+    `insert` and `remove_tenant` may run, and the pass copes with what they change.
+
+    The pass first scans the tree for each over-bound tenant's leaves (into a heap per tenant),
+    then pops them oldest first. Every popped entry is checked against the live tree, so work
+    done between steps never makes it drop the wrong prefix: an entry whose node left the tree
+    is skipped, one whose node gained a child held by the tenant is skipped (it is no leaf), and
+    one whose access time was refreshed is pushed back with the new time. Bounds and sizes are
+    read live. Best effort over a moving tree: a node made after the scan passed its place is
+    only considered if a drop below it exposes it, so a pass may end with a tenant still over
+    the bound; the next pass finishes the job.
+    """
+
+    __slots__ = ("_bound", "_heaps", "_order", "_seq", "_stack", "_tree", "done", "freed")
+
+    def __init__(self, tree: RadixTree, max_size_per_tenant: int) -> None:
+        self._tree = tree
+        self._bound = max_size_per_tenant
+        over = [t for t, s in tree._sizes.items() if s > max_size_per_tenant]
+        self._heaps: dict[str, list[tuple[float, int, _Node]]] = {t: [] for t in over}
+        self._order = list(reversed(over))  # tenants still to pop, last first
+        self._stack = list(tree._root.children.values()) if over else []
+        self._seq = 0
+        self.freed = 0
+        self.done = not over
+
+    def step(self, budget: int) -> bool:
+        """Work for at most `budget` units (at least one); returns True once the pass is over."""
+        budget = max(1, budget)
+        if self._stack:
+            budget = self._scan(budget)
+        while budget > 0 and not self._stack and self._order:
+            budget = self._pop(self._order[-1], budget)
+        self.done = not self._stack and not self._order
+        return self.done
+
+    def _scan(self, budget: int) -> int:
+        stack, heaps, push = self._stack, self._heaps, heapq.heappush
+        while stack and budget > 0:
+            budget -= 1
             node = stack.pop()
-            stack.extend(node.children.values())
+            if node.parent is None:
+                continue  # left the tree between steps (its subtree went with it or was merged)
+            children = node.children.values()
+            stack.extend(children)
             below: set[str] = set()  # tenants holding a child: the node is no leaf of theirs
-            for child in node.children.values():
+            for child in children:
                 below.update(child.tenants)
             for tenant, stamp in node.tenants.items():
-                if tenant in over and tenant not in below:
-                    heaps[tenant].append((stamp, seq, node))
-                    seq += 1
-        freed = 0
-        for tenant, heap in heaps.items():
-            heapq.heapify(heap)
-            while heap and self._sizes.get(tenant, 0) > max_size_per_tenant:
-                _, _, node = heapq.heappop(heap)
-                if node.parent is None or tenant not in node.tenants:
-                    continue  # stale: the node left the tree (a merge only joins equal times)
-                parent = node.parent
-                freed += len(node.key)
-                self._drop(node, tenant)
-                if (
-                    parent.parent is not None
-                    and tenant in parent.tenants
-                    and not _holds_below(parent, tenant)
-                ):
-                    heapq.heappush(heap, (parent.tenants[tenant], seq, parent))
-                    seq += 1
-        return freed
+                if tenant not in below:
+                    heap = heaps.get(tenant)
+                    if heap is not None:
+                        push(heap, (stamp, self._seq, node))
+                        self._seq += 1
+        return budget
+
+    def _pop(self, tenant: str, budget: int) -> int:
+        tree, heap, bound = self._tree, self._heaps[tenant], self._bound
+        push, pop = heapq.heappush, heapq.heappop
+        while budget > 0:
+            if not heap or tree._sizes.get(tenant, 0) <= bound:
+                self._order.pop()
+                del self._heaps[tenant]
+                return budget
+            budget -= 1
+            stamp, _, node = pop(heap)
+            now_stamp = node.tenants.get(tenant)
+            if node.parent is None or now_stamp is None or _holds_below(node, tenant):
+                continue  # stale: gone, dropped by this tenant, or no longer one of its leaves
+            if now_stamp != stamp:
+                push(heap, (now_stamp, self._seq, node))  # refreshed between steps
+                self._seq += 1
+                continue
+            parent = node.parent
+            self.freed += len(node.key)
+            tree._drop(node, tenant)
+            if parent.parent is not None and tenant in parent.tenants:
+                if not _holds_below(parent, tenant):
+                    push(heap, (parent.tenants[tenant], self._seq, parent))
+                    self._seq += 1
+        return budget

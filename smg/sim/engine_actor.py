@@ -87,6 +87,7 @@ class EngineStats:
     rejected: int = 0
     in_flight: int = 0
     pd_requests: int = 0  # Generate calls carrying a bootstrap room or KV-transfer params
+    last_bootstrap_port: int = 0  # SGLang PD decode: the prefill bootstrap port last named
 
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)

@@ -260,6 +260,10 @@ class SglangServicer(_Common, sgl_grpc.SglangSchedulerServicer):
             dp = request.disaggregated_params
             if not has or not dp.bootstrap_host:
                 raise ValueError("a decode engine needs disaggregated_params (bootstrap host/room)")
+            if not 0 < dp.bootstrap_port < 65536:
+                # a real decode would dial host:0 and fail (or hang) on the KV transfer
+                raise ValueError(f"bootstrap_port {dp.bootstrap_port} is no port to reach")
+            self.engine.stats.last_bootstrap_port = dp.bootstrap_port
         return has
 
     async def Abort(self, request: sgl.AbortRequest, context: Any) -> sgl.AbortResponse:

@@ -5,6 +5,7 @@ at once) and vLLM style (prefill first, its KV-transfer params handed to the dec
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -60,6 +61,34 @@ def test_prefill_engine_killed_is_a_clean_error(launch: Launcher, runtime: str) 
     wait_until(lambda: decode.stats()["in_flight"] == 0, 5, "no decode leg left in flight")
 
 
+def test_sglang_bootstrap_port_comes_from_get_server_info(launch: Launcher) -> None:
+    """`--prefill URL` with no port: the gateway asks the prefill's GetServerInfo for SGLang's
+    `disaggregation_bootstrap_port` and names it to the decode (which refuses port 0)."""
+    prefill = launch.engine(runtime="sglang", role="prefill", bootstrap_port=BOOTSTRAP_PORT + 1)
+    decode = launch.engine(runtime="sglang", role="decode")
+    gw = launch.gateway(prefill=[(prefill, None)], decode=[decode])
+    drive_pd_requests(gw, MESSAGES)
+    d = decode.stats()
+    assert d["last_bootstrap_port"] == BOOTSTRAP_PORT + 1
+    assert d["pd_requests"] == 3 and d["completed"] == 3 and d["rejected"] == 0
+
+
+def test_sglang_prefill_without_a_bootstrap_port_is_a_clean_error(launch: Launcher) -> None:
+    prefill = launch.engine(runtime="sglang", role="prefill")  # reports port 0: none
+    decode = launch.engine(runtime="sglang", role="decode")
+    gw = launch.gateway(prefill=[(prefill, None)], decode=[decode])
+    r = gw.request(
+        "POST",
+        "/v1/chat/completions",
+        {"model": "sim-model", "messages": MESSAGES, "max_tokens": 4},
+        timeout_s=10,
+    )
+    assert r.status == 502, r
+    err = r.json()["error"]
+    assert err["code"] == "pd_prefill_failed" and "bootstrap" in err["message"], err
+    assert decode.stats()["pd_requests"] == 0, "no decode leg without a rendezvous"
+
+
 def test_readiness_503_without_a_prefill_engine(launch: Launcher) -> None:
     gw, prefill, _decode = _pd(launch, "sglang")
     assert gw.request("GET", "/readiness").status == 200
@@ -70,3 +99,66 @@ def test_readiness_503_without_a_prefill_engine(launch: Launcher) -> None:
         return r.status == 503 and "prefill" in r.json()["reason"]
 
     wait_until(prefill_missing, 10, "readiness 503 naming prefill")
+
+
+@pytest.mark.parametrize("retries", [True, False], ids=["retries", "no-retries"])
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_prefill_killed_mid_request(launch: Launcher, runtime: str, retries: bool) -> None:
+    """SIGKILL the prefill engine a (non-streamed) PD request is on: with retries the request
+    is served through the other prefill; without, the client gets a clean OpenAI-shaped 502
+    fast. Never a hang; the gateway stays up and the following requests (round robin still
+    lists the dead prefill: health checks are slowed down) go through the other prefill."""
+    slow = {"prefill_tokens_per_s": 20}  # a ~40-token prompt: ~2 s in prefill
+    prefill = {"role": "prefill", "bootstrap_port": BOOTSTRAP_PORT, **slow}
+    p1 = launch.start_engine("sim-model", runtime, **prefill)
+    p2 = launch.start_engine("sim-model", runtime, **prefill)
+    d = launch.start_engine("sim-model", runtime, role="decode", decode_ms_per_token=50)
+    for e in (p1, p2, d):
+        launch.wait_engine(e)
+    gw = launch.gateway(
+        prefill=[(p1, BOOTSTRAP_PORT), (p2, BOOTSTRAP_PORT)],
+        decode=[d],
+        health_failure_threshold=100,  # health checks must not hide the dead engine
+        disable_retries=not retries,
+    )
+    body = {
+        "model": "sim-model",
+        "messages": [{"role": "user", "content": "word " * 40}],
+        "max_tokens": 20,
+    }
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(gw.request, "POST", "/v1/chat/completions", body, timeout_s=20)
+        wait_until(
+            lambda: p1.stats()["in_flight"] + p2.stats()["in_flight"] == 1, 5, "a prefill leg"
+        )
+        victim, other = (p1, p2) if p1.stats()["in_flight"] else (p2, p1)
+        victim.kill()
+        killed = time.monotonic()
+        r = fut.result(timeout=15)
+    elapsed = time.monotonic() - killed
+    assert (r.status == 200) is retries, r
+    if retries:  # retried onto the other prefill: nothing had been sent yet
+        assert elapsed < 8, "a retry: one more slow prefill (~3 s) and the decode"
+        assert r.json()["choices"][0]["message"]["content"]
+        assert other.stats()["pd_requests"] == 1
+    else:
+        assert elapsed < 3, "a clean error, fast"
+        assert r.status == 502, r
+        err = r.json()["error"]
+        assert err["code"] == "pd_prefill_failed" and err["type"], err
+    wait_until(lambda: d.stats()["in_flight"] == 0, 5, "no decode leg left in flight")
+
+    assert gw.request("GET", "/health").status == 200
+    before = other.stats()["completed"]
+    statuses = []
+    for i in range(3):  # round robin lands on the dead prefill at least once
+        again = {**body, "messages": [{"role": "user", "content": f"again {i}"}], "max_tokens": 2}
+        out = gw.request("POST", "/v1/chat/completions", again, timeout_s=20)
+        statuses.append(out.status)
+        if out.status != 200:
+            assert out.json()["error"]["code"] == "pd_prefill_failed", out
+    if retries:
+        assert statuses == [200] * 3
+        assert other.stats()["completed"] == before + 3
+    else:  # no retry: the dead prefill fails fast until health checks or the breaker drop it
+        assert 200 in statuses and other.stats()["completed"] == before + statuses.count(200)

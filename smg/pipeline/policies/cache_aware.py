@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 from smg.pipeline.kv_index import KvIndex, KvIndexes
 from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
-from smg.pipeline.radix_tree import RadixTree
+from smg.pipeline.radix_tree import Eviction, RadixTree
 
 
 class CacheAwareState:
@@ -62,11 +62,54 @@ class CacheAwareState:
                 del self._trees[model]
         return freed
 
+    def begin_evict(self, max_size_per_tenant: int) -> StateEviction:
+        """The same as `evict`, as a job run in bounded steps (see `StateEviction`)."""
+        return StateEviction(self, max_size_per_tenant)
+
+    def drop_if_empty(self, model: str, tree: RadixTree) -> None:
+        if tree.node_count == 0 and self._trees.get(model) is tree:
+            del self._trees[model]
+
     def remove_tenant(self, worker_id: str) -> None:
         for model, tree in list(self._trees.items()):
             tree.remove_tenant(worker_id)
             if tree.node_count == 0:
                 del self._trees[model]
+
+
+class StateEviction:
+    """An eviction pass over every model's tree, one `radix_tree.Eviction` after another.
+
+    `step(budget)` works on one tree for at most `budget` units and returns True once every tree
+    is done; trees left empty are dropped. Trees created after the job began wait for the next
+    pass. The trees stay usable between steps.
+    """
+
+    __slots__ = ("_bound", "_current", "_models", "_state", "freed")
+
+    def __init__(self, state: CacheAwareState, max_size_per_tenant: int) -> None:
+        self._state = state
+        self._bound = max_size_per_tenant
+        self._models = list(reversed(state.models))
+        self._current: tuple[str, RadixTree, Eviction] | None = None
+        self.freed = 0
+
+    def step(self, budget: int) -> bool:
+        while self._current is None:
+            if not self._models:
+                return True
+            model = self._models.pop()
+            tree = self._state._trees.get(model)
+            if tree is not None:
+                self._current = (model, tree, Eviction(tree, self._bound))
+        model, tree, job = self._current
+        before = job.freed
+        finished = job.step(budget)
+        self.freed += job.freed - before
+        if finished:
+            self._state.drop_if_empty(model, tree)
+            self._current = None
+        return finished and not self._models
 
 
 class CacheAwarePolicy:
@@ -159,6 +202,10 @@ class CacheAwarePolicy:
     def evict(self, max_tree_size: int) -> int:
         """Bound every worker's share of each model's tree; for the periodic eviction loop."""
         return self._state.evict(max_tree_size)
+
+    def begin_evict(self, max_tree_size: int) -> StateEviction:
+        """`evict` as a job the cache-index actor runs in slices, yielding in between."""
+        return self._state.begin_evict(max_tree_size)
 
     def on_worker_removed(self, worker_id: str) -> None:
         self._state.remove_tenant(worker_id)

@@ -2,7 +2,7 @@
 
 It owns the sans-IO SWIM core, the replicated documents (one pycrdt doc per namespace) and the
 sockets. Time enters as `Tick`s, packets as `Packet`/`StreamIn` messages; the core's effects go
-out through the transport. Replicated state moves three ways:
+out through the transport. Replicated state moves three ways (`smg/mesh/replication.py`):
 
 - deltas: local writes are collected every tick and pushed to every live member (TCP);
 - on contact: when a member becomes alive in our view (join, refute, healed partition) both
@@ -16,7 +16,7 @@ the replicas' decoded items, which only this actor's handlers mutate, on the sam
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +27,6 @@ from smg.actors.runtime import Actor
 from smg.actors.snapshots import SnapshotCell
 from smg.mesh.config import MeshConfig
 from smg.mesh.messages import (
-    DocUpdate,
-    DocVector,
     Effect,
     Message,
     PushPull,
@@ -37,7 +35,8 @@ from smg.mesh.messages import (
     Stream,
     StreamMessage,
 )
-from smg.mesh.replica import Replica, ReplicaError
+from smg.mesh.replica import Replica
+from smg.mesh.replication import Replication
 from smg.mesh.swim import SwimNode
 
 log = structlog.get_logger("smg.mesh")
@@ -134,16 +133,13 @@ class MeshNode(Actor):
             rng=rng,
             faults=faults,
         )
-        self._live: set[str] = set()  # addrs of live members in the last published view
-        self._next_doc_sync_s = 0.0
-        self.rejected_updates = 0
+        self.replication = Replication(replicas, rng, doc_sync_interval_s)
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def on_start(self) -> None:
         await self.transport.start(self.spawn)
         now = self.clock.now()
         self._apply(self.swim.join(now, [s for s in self.seeds if s != self.advertise_addr]))
-        self._next_doc_sync_s = now + self.doc_sync_interval_s
         self._publish_view()
         self.every(self.tick_s, Tick())
         log.info("mesh_started", node=self.node_id, addr=self.advertise_addr, seeds=self.seeds)
@@ -171,14 +167,17 @@ class MeshNode(Actor):
                 self._apply(self.swim.tick(now))
                 if self.before_tick is not None:
                     self.before_tick(now)  # e.g. rate-limit counters into their document
-                self._push_deltas()
-                if now >= self._next_doc_sync_s:
-                    self._next_doc_sync_s = now + self.doc_sync_interval_s
-                    self._anti_entropy()
+                self._apply(self.replication.tick(now, self._live_addrs()))
             case Packet(src, msg):
                 self._apply(self.swim.receive(now, src, msg))
+            case StreamIn(src, PushPull() as msg):
+                self._apply(self.swim.receive_stream(now, src, msg))
             case StreamIn(src, msg):
-                self._on_stream(now, src, msg)
+                effects, changed = self.replication.receive(src, msg)
+                self._apply(effects)
+                if self.on_doc_change is not None:
+                    for namespace in changed:
+                        self.on_doc_change(namespace)
             case Leave():
                 self._apply(self.swim.leave(now))
             case _:
@@ -186,78 +185,28 @@ class MeshNode(Actor):
         self._publish_view()
         return None
 
-    def _on_stream(self, now: float, src: str, msg: StreamMessage) -> None:
-        match msg:
-            case PushPull():
-                self._apply(self.swim.receive_stream(now, src, msg))
-            case DocVector(namespace, vector, reply):
-                replica = self.replicas.get(namespace)
-                if replica is None:
-                    return
-                try:
-                    missing = replica.diff(vector)
-                except ReplicaError:
-                    self.rejected_updates += 1
-                    return
-                self.transport.stream(src, DocUpdate(namespace, missing))
-                if reply:
-                    self.transport.stream(src, DocVector(namespace, replica.state_vector(), False))
-            case DocUpdate(namespace, update):
-                replica = self.replicas.get(namespace)
-                if replica is None:
-                    return
-                try:
-                    changed = replica.apply(update)
-                except ReplicaError:
-                    self.rejected_updates += 1
-                    return
-                if changed and self.on_doc_change is not None:
-                    self.on_doc_change(namespace)
-
-    # --- effects and replication ----------------------------------------------------------------
-    def _apply(self, effects: list[Effect]) -> None:
+    def _apply(self, effects: Sequence[Effect]) -> None:
         for e in effects:
             if isinstance(e, Send):
                 self.transport.send(e.addr, e.message)
             elif isinstance(e, Stream):
                 self.transport.stream(e.addr, e.message)
 
-    def _push_deltas(self) -> None:
-        for name, replica in self.replicas.items():
-            delta = replica.take_delta()
-            if delta is None:
-                continue
-            for addr in self._live:
-                self.transport.stream(addr, DocUpdate(name, delta))
-
-    def _anti_entropy(self) -> None:
-        if not self._live:
-            return
-        addr = self.rng.choice(sorted(self._live))
-        self._send_vectors(addr)
-
-    def _send_vectors(self, addr: str) -> None:
-        for name, replica in self.replicas.items():
-            self.transport.stream(addr, DocVector(name, replica.state_vector(), True))
-
-    def local_change(self, namespace: str) -> None:
-        """A local write happened (the gateway wrote into a replica)."""
-        if self.on_doc_change is not None:
-            self.on_doc_change(namespace)
+    def _live_addrs(self) -> frozenset[str]:
+        return frozenset(
+            m.addr
+            for m in self.swim.members().values()
+            if m.state in _LIVE and m.node_id != self.node_id
+        )
 
     def _publish_view(self) -> None:
         members = tuple(
             MemberView(m.node_id, m.addr, m.state.value, m.incarnation)
             for m in sorted(self.swim.members().values(), key=lambda m: m.node_id)
         )
-        live = {
-            m.addr for m in members if m.state in ("alive", "suspect") and m.node_id != self.node_id
-        }
-        for addr in live - self._live:
-            self._send_vectors(addr)  # contact (join, refute, heal): repair both ways at once
-        self._live = live
-        current = self.view_cell.value
-        if current.members != members:
+        if self.view_cell.value.members != members:
+            # contact repair at once for members that just became live (join, refute, heal)
+            self._apply(self.replication.set_live(self._live_addrs()))
             self.view_cell.publish(MeshView(self.node_id, self.advertise_addr, members))
 
     # --- status ---------------------------------------------------------------------------------
@@ -282,5 +231,5 @@ class MeshNode(Actor):
             "bytes_in": dict(stats.bytes_in),
             "bytes_out": dict(stats.bytes_out),
             "dropped": dict(stats.dropped),
-            "rejected_updates": self.rejected_updates,
+            "rejected_updates": self.replication.rejected,
         }

@@ -172,6 +172,28 @@ def test_cache_aware_affinity_same_prefix_same_worker() -> None:
         assert policy.select(busy, text(f"{i}:{SYSTEM} and a follow-up")) == first[i]
 
 
+def test_cache_aware_remembers_recent_prefixes_per_worker_bounded() -> None:
+    policy, _ = cache_aware()
+    cands = workers(0, 0)
+    for i in range(200):
+        policy.select(cands, text(f"{i:03d}:" + "x" * 400))
+    wid = cands[0].worker_id
+    recent = policy.state.recent(wid)
+    assert len(recent) == 64  # bounded per worker, newest first
+    assert all(isinstance(p, str) and len(p) == 256 for p in recent)
+    assert recent[0].startswith("198:") and recent[1].startswith("196:")
+    policy.on_worker_removed(wid)
+    assert policy.state.recent(wid) == []
+
+
+def test_cache_aware_seeded_prefixes_attract_their_requests() -> None:
+    # What a mesh node does with another node's summaries: B starts warm for A's traffic.
+    policy, now = cache_aware()
+    cands = workers(0, 0, 0)
+    policy.state.seed("", cands[2].worker_id, ["conversation-one:" + SYSTEM], now())
+    assert policy.select(cands, text("conversation-one:" + SYSTEM + " and more")) == 2
+
+
 def test_cache_aware_threshold_decides_between_cache_and_room() -> None:
     policy, _ = cache_aware(threshold=0.5)
     cands = workers(0, 0)

@@ -108,6 +108,8 @@ class Gateway:
             lambda: self.tokenizers.value,
         )
         self.mesh = GatewayMesh(cfg, self.clock, self.rng)
+        if isinstance(self.policy, CacheAwarePolicy):
+            self.mesh.cache_state = self.policy.state
         if self.mesh.enabled:
             self.metrics.registry.register(self.mesh.collector())
         self.bound_port: int | None = None

@@ -29,14 +29,17 @@ from smg.api.mesh_routes import MeshCollector, MeshRoutes
 from smg.api.rate_limiting import rate_limit_middleware
 from smg.clock import Clock
 from smg.config import GatewayConfig, MeshNodeConfig
+from smg.mesh.cache_summary import CacheSummaries
 from smg.mesh.config import MeshConfig
 from smg.mesh.rate_limit import ClusterRateLimiter
 from smg.mesh.replica import Replica
 from smg.mesh.worker_records import HybridClock, WorkerDirectory
+from smg.pipeline.policies.cache_aware import CacheAwareState
 
 log = structlog.get_logger("smg.mesh")
 
-WORKERS, RATE_LIMITS = "workers", "rate_limits"
+WORKERS, RATE_LIMITS, CACHE = "workers", "rate_limits", "cache"
+
 
 
 def node_name(cfg: MeshNodeConfig, advertise_host: str) -> str:
@@ -68,7 +71,7 @@ def seed_addrs(cfg: MeshNodeConfig) -> list[str]:
 
 
 def swim_profile(name: str) -> MeshConfig:
-    return {"lan": MeshConfig.lan, "local": MeshConfig.local, "test": MeshConfig.test}[name]()
+    return MeshConfig.profile(name)
 
 
 class GatewayMesh:
@@ -92,7 +95,17 @@ class GatewayMesh:
         self.replicas = {
             WORKERS: Replica(WORKERS, self.node_id, doc_rng),
             RATE_LIMITS: Replica(RATE_LIMITS, self.node_id, doc_rng),
+            CACHE: Replica(CACHE, self.node_id, doc_rng),
         }
+        self.summaries = CacheSummaries(self.replicas[CACHE], self.node_id)
+        self.cache_state: CacheAwareState | None = None  # set when the policy is cache-aware
+        self._registry_cell: SnapshotCell[RegistrySnapshot] | None = None
+        self._next_cache_publish_s = 0.0
+        # summaries are hints: refreshed a few times per push-pull period (5 s on the LAN profile)
+        self.cache_publish_interval_s = max(
+            1.0, swim_profile(cfg.mesh.mesh_profile).push_pull_interval_s / 6
+        )
+        self._seeded: dict[str, int] = {}  # url -> hash of the summaries last seeded from
         self.view: SnapshotCell[MeshView] = SnapshotCell(MeshView(self.node_id, self.advertise))
         self.hlc = HybridClock(wall, self.node_id)
         self.directory = WorkerDirectory(self.replicas[WORKERS], self.node_id, clock=self.hlc)
@@ -142,7 +155,7 @@ class GatewayMesh:
     ) -> None:
         if not self.enabled:
             return
-        mc = self.cfg.mesh
+        self._registry_cell = registry_cell
         self._sync = await core.start_child(
             ChildSpec(
                 "mesh_sync",
@@ -162,7 +175,7 @@ class GatewayMesh:
                 overflow=Overflow.DROP_OLDEST,
             )
         )
-        log.info("mesh_joining", node=self.node_id, seeds=seed_addrs(mc))
+        log.info("mesh_joining", node=self.node_id, seeds=seed_addrs(self.cfg.mesh))
 
     def _make_node(self) -> MeshNode:
         mc = self.cfg.mesh
@@ -194,9 +207,12 @@ class GatewayMesh:
         ]
         return list(dict.fromkeys([*seed_addrs(self.cfg.mesh), *seen]))
 
-    def _flush(self, _now: float) -> None:
+    def _flush(self, now: float) -> None:
         if self.limiter is not None:
             self.limiter.flush(self.wall())
+        if now >= self._next_cache_publish_s:
+            self._next_cache_publish_s = now + self.cache_publish_interval_s
+            self._publish_cache_summaries()
 
     def _doc_changed(self, namespace: str) -> None:
         if namespace == WORKERS and self._sync is not None and self._sync.alive:
@@ -204,6 +220,38 @@ class GatewayMesh:
                 self._sync.tell(DirectoryChanged())
             except Exception:  # full: a reconcile is already queued
                 pass
+        elif namespace == CACHE:
+            self._seed_from_summaries()
+
+    # --- cache summaries: a node that joins or takes over starts warm ---------------------------
+    def _workers(self) -> tuple[WorkerSnapshot, ...]:
+        return self._registry_cell.value.workers if self._registry_cell is not None else ()
+
+    def _publish_cache_summaries(self) -> None:
+        state = self.cache_state
+        if state is None:
+            return
+        for w in self._workers():
+            recent = state.recent(w.worker_id)
+            if recent:  # an unchanged summary writes nothing (Replica.put skips equal values)
+                self.summaries.publish(
+                    w.url, [p if isinstance(p, str) else list(p) for p in recent]
+                )
+
+    def _seed_from_summaries(self) -> None:
+        state = self.cache_state
+        if state is None:
+            return
+        by_url = {w.url: w for w in self._workers() if w.model_id is not None}
+        for url, prefixes in self.summaries.imported(exclude_owner=self.node_id).items():
+            w = by_url.get(url)
+            if w is None or w.model_id is None:
+                continue
+            mark = hash(tuple(p if isinstance(p, str) else tuple(p) for p in prefixes))
+            if self._seeded.get(url) == mark:
+                continue
+            self._seeded[url] = mark
+            state.seed(w.model_id, w.worker_id, prefixes, self.clock.now())
 
     # --- announcements from this node's API and command line ------------------------------------
     def announce_add(self, msg: AddWorker, snap: WorkerSnapshot) -> None:

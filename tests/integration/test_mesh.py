@@ -181,3 +181,37 @@ def test_cluster_rate_limit_across_three_nodes(launch: Launcher) -> None:
     assert limited > 0
     # at most the limit per window, plus one partial window at each end
     assert admitted <= 1.1 * 10 * (windows + 1), admitted
+
+
+def test_a_node_starts_warm_from_the_others_cache_summaries(launch: Launcher) -> None:
+    # cache_aware on both nodes; A routes 12 conversations over two workers and publishes what
+    # it routed where; B, which never saw them, sends each conversation where A did.
+    a = start_node(launch, "127.0.0.31", [], policy="cache_aware")
+    b = start_node(launch, "127.0.0.32", [a], policy="cache_aware")
+    wait_until(lambda: all_alive([a, b], 2), 15.0, "two nodes alive")
+    s1, s2 = launch.sims("m", "m")
+    add_worker(a, s1)
+    add_worker(a, s2)
+    for n in (a, b):
+        wait_until(lambda n=n: n.gw.request("GET", "/v1/models").json()["data"], 10.0, "models")
+
+    def routed(node: Node, i: int) -> str:
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": f"conversation {i}: " + "context " * 40}],
+            "max_tokens": 1,
+        }
+        r = node.gw.request("POST", "/v1/chat/completions", body)
+        assert r.status == 200, r
+        routed_to = r.header("X-SMG-Routed-Worker-Id")  # the worker's URL, as in the Rust gateway
+        assert routed_to is not None
+        return routed_to
+
+    on_a = {i: routed(a, i) for i in range(12)}
+    assert len(set(on_a.values())) == 2  # A spread them over both workers
+    wait_until(
+        lambda: b.status()["namespaces"]["cache"]["live_keys"] >= 2, 10.0, "A's summaries on B"
+    )
+    time.sleep(0.5)
+    on_b = {i: routed(b, i) for i in reversed(range(12))}
+    assert on_b == on_a

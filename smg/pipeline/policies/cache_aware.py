@@ -27,6 +27,7 @@ references, so a cache-index actor can own them (and run the periodic `evict`) l
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from smg.pipeline.kv_index import KvIndex, KvIndexes
@@ -34,13 +35,39 @@ from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
 from smg.pipeline.radix_tree import Eviction, RadixTree
 
 
-class CacheAwareState:
-    """The prefix trees, one per model (requests without a model share the tree named "")."""
+RECENT_PER_WORKER = 64  # prefixes remembered per worker for the mesh's cache summaries
+RECENT_ITEMS = 256  # items (characters or token ids) kept of each
 
-    __slots__ = ("_trees",)
+
+class CacheAwareState:
+    """The prefix trees, one per model (requests without a model share the tree named ""), and
+    per worker the last few routed prefixes (what the mesh publishes so that another node can
+    start warm)."""
+
+    __slots__ = ("_recent", "_trees")
 
     def __init__(self) -> None:
         self._trees: dict[str, RadixTree] = {}
+        self._recent: dict[str, deque[str | tuple[int, ...]]] = {}
+
+    def note(self, worker_id: str, key: str | Sequence[int]) -> None:
+        recent = self._recent.get(worker_id)
+        if recent is None:
+            recent = self._recent[worker_id] = deque(maxlen=RECENT_PER_WORKER)
+        recent.append(key[:RECENT_ITEMS] if isinstance(key, str) else tuple(key[:RECENT_ITEMS]))
+
+    def recent(self, worker_id: str) -> list[str | tuple[int, ...]]:
+        """Newest first, without repeats."""
+        return list(dict.fromkeys(reversed(self._recent.get(worker_id, ()))))
+
+    def seed(
+        self, model: str, worker_id: str, keys: Sequence[str | Sequence[int]], now: float
+    ) -> None:
+        """Warm a worker's share of `model`'s tree with prefixes learned elsewhere."""
+        tree = self.tree(model)
+        for key in keys:
+            if key:
+                tree.insert(key, worker_id, now)
 
     def tree(self, model: str) -> RadixTree:
         """The tree of `model`, created empty on first use."""
@@ -71,6 +98,7 @@ class CacheAwareState:
             del self._trees[model]
 
     def remove_tenant(self, worker_id: str) -> None:
+        self._recent.pop(worker_id, None)
         for model, tree in list(self._trees.items()):
             tree.remove_tenant(worker_id)
             if tree.node_count == 0:
@@ -168,6 +196,7 @@ class CacheAwarePolicy:
                 room = [(size(wid), load) for wid, load in zip(ids, loads, strict=True)]
                 choice = room.index(min(room))
         tree.insert(key, ids[choice], self._now())
+        self._state.note(ids[choice], key)
         return choice
 
     def _kv(self, request: RouteRequest) -> KvIndex | None:

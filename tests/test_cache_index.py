@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from radix_checks import check_invariants
 
 from smg.actors.cache_index import (
     MAX_SLICE_UNITS,
@@ -21,7 +22,6 @@ from smg.clock import FakeClock, settle
 from smg.config import RoutingConfig
 from smg.pipeline.policies.base import RouteRequest
 from smg.pipeline.policies.cache_aware import CacheAwarePolicy
-from tests.test_radix_tree import check_invariants
 
 WORKERS = ("w0", "w1")
 BOUND = 400

@@ -11,7 +11,14 @@ Scenarios: detect (kill -> DEAD on every survivor, s), loss (10% loss each way f
 false DEAD episodes), heal (halves for 60 s, then s until all views are all-alive), pause and
 pause-drop (SIGSTOP 20 s with packets queued / dropped, then s until ALIVE everywhere again),
 restart (new epoch at the same address: s until it replaced the old id everywhere), idle
-(steady-state egress per node, B/s)."""
+(steady-state egress per node, B/s).
+
+State scenarios (tests/mesh/statenet.py: each node runs SWIM + replication + worker directory
++ HLC, random worker adds/removes as a checked history): state-heal (halves for 60 s with writes
+on both sides: s from the heal until the documents are identical), state-loss, state-crash,
+state-flap (s from the last write/fault until identical), state-rl (3 rate limiters at L=100 per
+1 s window, 200 req/s each: admitted per window connected, partitioned {n0} | {n1, n2}, healed).
+A checker violation is reported as a failure with its seed."""
 
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from mesh import chaos
+from mesh import chaos, statenet
 
 DEFAULT_N = {
     "detect": [3, 5, 10, 20],
@@ -33,6 +40,11 @@ DEFAULT_N = {
     "pause-drop": [5, 10],
     "restart": [5, 10],
     "idle": [10],
+    "state-heal": [10],
+    "state-loss": [5],
+    "state-crash": [5],
+    "state-flap": [5],
+    "state-rl": [3],
 }
 
 
@@ -48,6 +60,14 @@ def _timed(scenario: str, n: int) -> Callable[[int], float]:
             return lambda s: chaos.pause_resume(s, n, 20.0, queue=False)
         case "restart":
             return lambda s: chaos.restart_new_epoch(s, n)
+        case "state-heal":
+            return lambda s: statenet.state_heal(s, n, 60.0)
+        case "state-loss":
+            return lambda s: statenet.state_loss(s, n)
+        case "state-crash":
+            return lambda s: statenet.state_crash(s, n)
+        case "state-flap":
+            return lambda s: statenet.state_flap(s, n)
     raise ValueError(scenario)
 
 
@@ -82,6 +102,17 @@ def run(scenario: str, n: int, seeds: range) -> None:
             f"B/s per node: udp {_dist(udp)} | push-pull tcp {_dist(tcp)} | "
             f"busiest node {max(e.max_node_bps for e in eg):.0f}"
         )
+    elif scenario == "state-rl":
+        rs = [statenet.rate_limit_split(s) for s in seeds]
+        lim = rs[0].limit
+        body = (
+            f"admitted/L per window: connected max {max(max(r.connected) for r in rs) / lim:.2f}"
+            f" | partitioned {{n0}} max {max(max(r.alone) for r in rs) / lim:.2f}, "
+            f"{{n1, n2}} max {max(max(r.pair) for r in rs) / lim:.2f} | "
+            f"healed max {max(max(r.healed) for r in rs) / lim:.2f}"
+        )
+        for s, r in zip(seeds, rs, strict=True):
+            print(f"    seed {s}: {r}", flush=True)
     else:
         fn = _timed(scenario, n)
         xs: list[float] = []
@@ -111,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     scenarios = list(DEFAULT_N) if args.scenario == "all" else [args.scenario]
     for scenario in scenarios:
-        seeds = args.seeds if scenario not in ("loss", "idle") else min(args.seeds, 5)
+        seeds = args.seeds if scenario not in ("loss", "idle", "state-rl") else min(args.seeds, 5)
         for n in args.n or DEFAULT_N[scenario]:
             run(scenario, n, range(args.first_seed, args.first_seed + seeds))
     return 0

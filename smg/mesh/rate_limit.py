@@ -15,7 +15,8 @@ Admission for ``caller`` on this node (``mine`` = what this node admitted this w
   (max-min fair) over the other nodes' forecast demand, 1.1 x what each was asked for (admitted +
   refused) last window, with this node taking the rest, and counts each node at
   ``max(seen this window, its fill)``. A live node whose last-window demand we have not seen
-  (no fresh value, or it just booted) is forecast a fair share.
+  (no fresh value, or it just booted), or one already past its forecast this window (its load
+  jumped), is forecast a fair share.
 
 So all nodes see (nearly) the same allocation summing to ``limit``: equal load gets fair shares,
 skewed load gives the heavy node what the light ones do not ask for, and a lone loaded node whose
@@ -99,6 +100,8 @@ class ClusterRateLimiter:
                 s, d = 0, None  # its last-window demand is not in this value: assume a share
             else:
                 continue  # stale: a dead node or one across a partition
+            if d is not None and s > FORECAST_MARGIN * d:
+                d = None  # already past its forecast (e.g. idle -> loaded): assume a share
             seen.append(s)
             demands.append(fair if d is None else FORECAST_MARGIN * d)
         demands += [fair] * max(0, live_nodes - 1 - len(seen))

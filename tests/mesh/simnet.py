@@ -78,6 +78,7 @@ class SimNet:
         self.nodes[addr] = node
         self.down.discard(addr)
         self._tcp_last = {k: v for k, v in self._tcp_last.items() if addr not in k}
+        self._started(addr, node)
         self.deliver(addr, node.join(self.now, list(seeds)))
         self._schedule(addr)
         return node
@@ -145,7 +146,7 @@ class SimNet:
         node = self.nodes.get(addr)
         if node is None or addr in self.down or addr in self.paused:
             return
-        at = max(self.now, node.next_deadline_s())
+        at = max(self.now, self._next_wake_s(addr, node))
         pending = self._wake_at.get(addr)
         if pending is None or at < pending:
             self._wake_at[addr] = at
@@ -165,9 +166,9 @@ class SimNet:
             return
         if e.kind == _UDP:
             assert e.msg is not None and not isinstance(e.msg, PushPull)
-            effects = node.receive(self.now, e.src, e.msg)  # type: ignore[arg-type]
+            effects = self._on_packet(e.dst, node, e.src, e.msg)  # type: ignore[arg-type]
         else:
-            effects = node.receive_stream(self.now, e.src, e.msg)  # type: ignore[arg-type]
+            effects = self._on_stream(e.dst, node, e.src, e.msg)  # type: ignore[arg-type]
         self.deliver(e.dst, effects)
         self._schedule(e.dst)
 
@@ -178,8 +179,24 @@ class SimNet:
         node = self.nodes.get(e.dst)
         if node is None or e.dst in self.down or e.dst in self.paused:
             return
-        self.deliver(e.dst, node.tick(self.now))
+        self.deliver(e.dst, self._on_tick(e.dst, node))
         self._schedule(e.dst)
+
+    # --- what a node does with time and input (a subclass adds layers over SWIM) -----------------
+    def _started(self, addr: str, node: SwimNode) -> None:
+        """A new process at `addr` (first start or restart), before it joins."""
+
+    def _next_wake_s(self, addr: str, node: SwimNode) -> float:
+        return node.next_deadline_s()
+
+    def _on_tick(self, addr: str, node: SwimNode) -> list[Effect]:
+        return node.tick(self.now)
+
+    def _on_packet(self, addr: str, node: SwimNode, src: str, msg: Message) -> list[Effect]:
+        return node.receive(self.now, src, msg)
+
+    def _on_stream(self, addr: str, node: SwimNode, src: str, msg: StreamMessage) -> list[Effect]:
+        return node.receive_stream(self.now, src, msg)
 
     def run_until(self, t_s: float, stop: Callable[[], bool] | None = None) -> bool:
         """Advance virtual time to t_s; return True early if `stop()` becomes true (checked

@@ -5,6 +5,7 @@ bench/mesh_sim.py (which prints the distributions over many seeds)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from smg.mesh.config import MeshConfig
@@ -165,3 +166,18 @@ def idle_egress(seed: int, n: int = 10, window_s: float = 300.0) -> Egress:
     tcp = [net.bytes_out[k]["tcp"] - before.get(k, {}).get("tcp", 0) for k in net.nodes]
     per_node = [(u + t) / window_s for u, t in zip(udp, tcp, strict=True)]
     return Egress(sum(udp) / n / window_s, sum(tcp) / n / window_s, max(per_node))
+
+
+def over_seeds(
+    scenario: str, n: int, seeds: range, run: Callable[[int], float]
+) -> dict[int, float]:
+    """Run `run(seed)` for each seed; a failing seed fails the test with its replay command."""
+    import pytest
+
+    out: dict[int, float] = {}
+    for seed in seeds:
+        try:
+            out[seed] = run(seed)
+        except ScenarioError as e:
+            pytest.fail(f"{e}; {reproduce(scenario, n, seed)}")
+    return out

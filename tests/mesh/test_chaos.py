@@ -3,8 +3,6 @@
 Every scenario is seeded; a failure names the seed and the command that replays it.
 `bench/mesh_sim.py` runs the same scenarios over more seeds and prints the distributions."""
 
-from collections.abc import Callable
-
 import pytest
 
 from smg.mesh.config import MeshConfig
@@ -17,6 +15,7 @@ from .chaos import (
     false_dead,
     heal_after_partition,
     idle_egress,
+    over_seeds,
     pause_resume,
     percentile,
     reproduce,
@@ -29,21 +28,9 @@ DETECT_P99_S = {3: 9.0, 5: 12.0, 10: 12.0, 20: 14.0}
 DETECT_SEEDS = {3: 20, 5: 20, 10: 20, 20: 12}
 
 
-def _over_seeds(
-    scenario: str, n: int, seeds: range, run: Callable[[int], float]
-) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for seed in seeds:
-        try:
-            out[seed] = run(seed)
-        except ScenarioError as e:
-            pytest.fail(f"{e}; {reproduce(scenario, n, seed)}")
-    return out
-
-
 @pytest.mark.parametrize("n", [3, 5, 10, 20])
 def test_kill_is_dead_on_all_survivors_within_target(n: int) -> None:
-    times = _over_seeds("detect", n, range(DETECT_SEEDS[n]), lambda s: detect_kill(s, n))
+    times = over_seeds("detect", n, range(DETECT_SEEDS[n]), lambda s: detect_kill(s, n))
     p99 = percentile(list(times.values()), 99)
     worst = max(times, key=lambda s: times[s])
     print(f"detect n={n}: p50 {percentile(list(times.values()), 50):.1f} s, p99 {p99:.1f} s")
@@ -62,7 +49,7 @@ def test_ten_percent_loss_for_30_minutes_has_no_lasting_false_dead(n: int) -> No
 
 
 def test_partition_into_halves_heals_within_10s() -> None:
-    times = _over_seeds("heal", 10, range(12), lambda s: heal_after_partition(s, 10, 60.0))
+    times = over_seeds("heal", 10, range(12), lambda s: heal_after_partition(s, 10, 60.0))
     p99 = percentile(list(times.values()), 99)
     worst = max(times, key=lambda s: times[s])
     print(f"heal n=10: p50 {percentile(list(times.values()), 50):.1f} s, p99 {p99:.1f} s")
@@ -72,12 +59,12 @@ def test_partition_into_halves_heals_within_10s() -> None:
 @pytest.mark.parametrize("queue", [True, False], ids=["packets-queued", "packets-dropped"])
 def test_paused_node_refutes_and_ends_alive_everywhere(queue: bool) -> None:
     scenario = "pause" if queue else "pause-drop"
-    times = _over_seeds(scenario, 5, range(6), lambda s: pause_resume(s, 5, 20.0, queue))
+    times = over_seeds(scenario, 5, range(6), lambda s: pause_resume(s, 5, 20.0, queue))
     print(f"{scenario} n=5: back ALIVE after {sorted(round(t, 1) for t in times.values())} s")
 
 
 def test_restart_with_new_epoch_replaces_the_old_id_everywhere() -> None:
-    times = _over_seeds("restart", 10, range(6), lambda s: restart_new_epoch(s, 10))
+    times = over_seeds("restart", 10, range(6), lambda s: restart_new_epoch(s, 10))
     print(f"restart n=10: settled after {sorted(round(t, 1) for t in times.values())} s")
 
 

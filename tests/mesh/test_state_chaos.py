@@ -6,13 +6,11 @@ Every scenario is seeded; a failure names the seed and the command that replays 
 `bench/mesh_sim.py state-heal` (and state-loss, state-crash, state-flap, state-rl) runs the same
 scenarios over more seeds and prints the distributions."""
 
-from collections.abc import Callable
-
 import pytest
 
 from smg.mesh.messages import Stream, StreamMessage
 
-from .chaos import ScenarioError, all_alive, percentile, reproduce
+from .chaos import ScenarioError, all_alive, over_seeds, percentile, reproduce
 from .statenet import (
     WORKERS,
     StateNet,
@@ -29,25 +27,13 @@ from .statenet import (
 HEAL_P99_S = 15.0  # halves healed -> replicated documents identical, N=10
 
 
-def _over_seeds(
-    scenario: str, n: int, seeds: range, run: Callable[[int], float]
-) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for seed in seeds:
-        try:
-            out[seed] = run(seed)
-        except ScenarioError as e:
-            pytest.fail(f"{e}; {reproduce(scenario, n, seed)}")
-    return out
-
-
 def test_loss_delay_dup_lose_no_acknowledged_write() -> None:
-    times = _over_seeds("state-loss", 5, range(3), lambda s: state_loss(s, 5))
+    times = over_seeds("state-loss", 5, range(3), lambda s: state_loss(s, 5))
     print(f"state-loss n=5: identical {sorted(round(t, 2) for t in times.values())} s after")
 
 
 def test_partition_into_halves_heals_to_identical_documents_within_target() -> None:
-    times = _over_seeds("state-heal", 10, range(4), lambda s: state_heal(s, 10, 60.0))
+    times = over_seeds("state-heal", 10, range(4), lambda s: state_heal(s, 10, 60.0))
     xs = list(times.values())
     worst = max(times, key=lambda s: times[s])
     p99 = percentile(xs, 99)
@@ -59,12 +45,12 @@ def test_partition_into_halves_heals_to_identical_documents_within_target() -> N
 def test_crashed_node_restarts_with_a_new_epoch_relearns_and_its_writes_survive(
     down_s: float,
 ) -> None:
-    times = _over_seeds("state-crash", 5, range(3), lambda s: state_crash(s, 5, down_s))
+    times = over_seeds("state-crash", 5, range(3), lambda s: state_crash(s, 5, down_s))
     print(f"state-crash n=5: identical {sorted(round(t, 2) for t in times.values())} s after")
 
 
 def test_flapping_links_lose_no_acknowledged_write() -> None:
-    times = _over_seeds("state-flap", 5, range(2), lambda s: state_flap(s, 5))
+    times = over_seeds("state-flap", 5, range(2), lambda s: state_flap(s, 5))
     print(f"state-flap n=5: identical {sorted(round(t, 2) for t in times.values())} s after")
 
 

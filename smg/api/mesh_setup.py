@@ -70,6 +70,13 @@ def seed_addrs(cfg: MeshNodeConfig) -> list[str]:
     return out
 
 
+def boot_epoch(wall: Callable[[], float]) -> int:
+    """This boot's epoch: wall-clock milliseconds. Peers compare epochs at one address and let
+    the newer id replace the older at once, so epochs must grow from one boot to the next (a
+    random epoch would lose to its past life about half the time)."""
+    return int(wall() * 1000)
+
+
 def swim_profile(name: str) -> MeshConfig:
     return MeshConfig.profile(name)
 
@@ -88,8 +95,7 @@ class GatewayMesh:
         self.enabled = cfg.mesh.enable_mesh
         mc = cfg.mesh
         self.advertise = advertise_host(mc) if self.enabled else "local"
-        epoch = f"{random.SystemRandom().getrandbits(32):08x}"  # fresh per boot, never reused
-        self.node_id = f"{node_name(mc, self.advertise)}@{epoch}"
+        self.node_id = f"{node_name(mc, self.advertise)}@{boot_epoch(wall)}"
         self.rng = rng
         doc_rng = random.Random(random.SystemRandom().getrandbits(64))  # pycrdt client ids
         self.replicas = {

@@ -43,8 +43,11 @@ class Node:
         assert r.status == 200, r
 
 
-def start_node(launch: Launcher, host: str, join: list[Node], **options: Any) -> Node:
-    port = free_port()
+def start_node(
+    launch: Launcher, host: str, join: list[Node], port: int | None = None, **options: Any
+) -> Node:
+    """`smg node` on `host`, on `port` if given (a restart reuses its predecessor's address)."""
+    port = port or free_port()
     flags: dict[str, Any] = {
         "mesh_host": host,
         "mesh_port": port,
@@ -67,13 +70,18 @@ def all_alive(nodes: list[Node], n: int) -> bool:
     return True
 
 
+def start_trio(launch: Launcher, subnet: int) -> tuple[Node, Node, Node]:
+    """Three nodes on 127.0.0.{subnet+1..3}, B joining A and C joining both."""
+    a = start_node(launch, f"127.0.0.{subnet + 1}", [])
+    b = start_node(launch, f"127.0.0.{subnet + 2}", [a])
+    c = start_node(launch, f"127.0.0.{subnet + 3}", [a, b])
+    wait_until(lambda: all_alive([a, b, c], 3), 15.0, "three nodes alive in every view")
+    return a, b, c
+
+
 @pytest.fixture
 def trio(launch: Launcher) -> Iterator[tuple[Node, Node, Node]]:
-    a = start_node(launch, "127.0.0.11", [])
-    b = start_node(launch, "127.0.0.12", [a])
-    c = start_node(launch, "127.0.0.13", [a, b])
-    wait_until(lambda: all_alive([a, b, c], 3), 15.0, "three nodes alive in every view")
-    yield a, b, c
+    yield start_trio(launch, 10)
 
 
 def add_worker(node: Node, sim: Sim) -> None:
@@ -209,9 +217,13 @@ def test_a_node_starts_warm_from_the_others_cache_summaries(launch: Launcher) ->
 
     on_a = {i: routed(a, i) for i in range(12)}
     assert len(set(on_a.values())) == 2  # A spread them over both workers
-    wait_until(
-        lambda: b.status()["namespaces"]["cache"]["live_keys"] >= 2, 10.0, "A's summaries on B"
-    )
-    time.sleep(0.5)
+    time.sleep(1.5)  # A publishes its summaries every second on the test profile
+
+    def same_cache() -> bool:
+        docs = [n.status()["namespaces"]["cache"] for n in (a, b)]
+        return docs[1]["live_keys"] >= 2 and docs[0]["digest"] == docs[1]["digest"]
+
+    wait_until(same_cache, 10.0, "A's complete summaries on B")
+    time.sleep(0.2)
     on_b = {i: routed(b, i) for i in reversed(range(12))}
     assert on_b == on_a

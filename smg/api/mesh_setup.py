@@ -41,7 +41,6 @@ log = structlog.get_logger("smg.mesh")
 WORKERS, RATE_LIMITS, CACHE = "workers", "rate_limits", "cache"
 
 
-
 def node_name(cfg: MeshNodeConfig, advertise_host: str) -> str:
     return cfg.mesh_server_name or f"{advertise_host}-{cfg.mesh_port}"
 

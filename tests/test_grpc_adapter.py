@@ -739,3 +739,34 @@ def test_normaliser_ignores_repeats_and_empty_chunks() -> None:
     (failed,) = norm.fail("gone")
     assert (failed.index, failed.finish_reason, failed.error) == (1, "error", "gone")
     assert norm.all_finished and norm.fail("again") == []
+
+
+# --- the lean data path and its grpc.aio fallback ----------------------------------------------
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+async def test_lean_and_grpcio_generate_agree(
+    serve: Serve, clients: list[EngineClient], rt: str
+) -> None:
+    engine, url = await serve(rt)
+    engine.script = streamed(rt, [[1], [2, 3], [4]], matched=7)
+    lean = await _connect(clients, url, runtime=rt)
+    plain = await _connect(clients, url, runtime=rt, lean_generate=False)
+    for req in (request(), request(stream=False), request(n=2)):
+        assert await collect(lean, req) == await collect(plain, req)
+    batches = [b async for b in lean.generate_batches(request())]
+    assert all(batches) and [e for b in batches for e in b] == await collect(plain, request())
+
+
+@pytest.mark.parametrize(
+    ("code", "kind"),
+    [(grpc.StatusCode.INVALID_ARGUMENT, EngineError), (grpc.StatusCode.UNAVAILABLE, UpstreamError)],
+)
+async def test_grpcio_fallback_classifies_errors(
+    serve: Serve, clients: list[EngineClient], code: grpc.StatusCode, kind: type[Exception]
+) -> None:
+    engine, url = await serve("vllm")
+    engine.error = (code, "nope")
+    client = await _connect(clients, url, runtime="vllm", lean_generate=False)
+    with pytest.raises(kind):
+        await collect(client, request())

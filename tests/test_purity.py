@@ -17,6 +17,8 @@ PURE = [
     ROOT / "pipeline" / "token_cache.py",
     ROOT / "pipeline" / "pd.py",
     ROOT / "pipeline" / "backends" / "grpc_convert.py",
+    ROOT / "pipeline" / "backends" / "h2_client.py",
+    ROOT / "pipeline" / "backends" / "hpack.py",
     *sorted((ROOT / "mesh").glob("*.py")),
     ROOT / "sim" / "engine_core.py",
     ROOT / "sim" / "script.py",

@@ -95,7 +95,9 @@ class WorkerActor(Actor):
     def _on_probe(self, result: ProbeResult) -> None:
         now = self.clock.now()
         snap = self.snapshot
-        if result.ok and result.model_id and snap.model_id is None:
+        if result.model_id and snap.model_id is None:
+            # a failed probe may still have learned the model (a gRPC engine whose tokenizer
+            # could not be loaded): known but unhealthy, so requests get 503, not 404
             snap = replace(snap, model_id=result.model_id)
         ok = result.ok and snap.model_id is not None
         changed = self.health.observe(ok, now)

@@ -77,6 +77,11 @@ class PipelineRoutes:
     def tokenizer(self, model: str) -> Tokenizer:
         tok = self.tokenizers.value.get(model)
         if tok is None:
+            now = self.runner.clock.now()
+            if not any(w.routable(now) for w in self.runner.candidates(model)):
+                # known but not servable now (e.g. its tokenizer failed verification): answer
+                # as HTTP mode does when no worker is routable
+                raise errors.no_healthy_worker(model)
             raise errors.ApiError(
                 503,
                 "tokenizer_unavailable",
@@ -295,21 +300,33 @@ class PipelineRoutes:
             await resp.prepare(request)
             write = resp.write
             on_event = shaper.on_event
+            # One write per batch of engine events that arrived together (never waiting for
+            # more); the frames of the last batch go out with the closing frames and the end
+            # of the chunked body, in one write.
+            last: list[bytes] = []
             try:
-                async for ev in engine.events():
-                    frames = on_event(ev)
+                async for batch in engine.batches():
+                    if len(batch) == 1:
+                        frames = on_event(batch[0])
+                    else:
+                        frames = []
+                        for ev in batch:
+                            frames += on_event(ev)
+                            if shaper.all_done:
+                                break
+                    if shaper.all_done:
+                        last = frames
+                        break
                     if frames:
                         await write(frames[0] if len(frames) == 1 else b"".join(frames))
-                    if shaper.all_done:
-                        break
-            except ConnectionResetError:  # the client left: nothing more to send, no outcome
+                success = shaper.error is None
+                if shaper.error is not None:
+                    err = errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
+                    last.append(b"data: " + err.to_json() + b"\n\n")
+                last += shaper.closing_frames()
+                await resp.write_eof(b"".join(last))
+            except ConnectionResetError:  # the client left: nothing more to send
                 return
-            success = shaper.error is None
-            if shaper.error is not None:
-                err = errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
-                await write(b"data: " + err.to_json() + b"\n\n")
-            await write(b"".join(shaper.closing_frames()))
-            await resp.write_eof()
         finally:
             await engine.aclose()
             finish(success)

@@ -43,16 +43,23 @@ def test_tokenizer_with_wrong_sha_keeps_the_worker_out(launch: Launcher, tmp_pat
         assert worker["status"] != "ready" and not worker["is_healthy"], worker
         time.sleep(0.25)
 
-    r = gw.request("POST", "/v1/chat/completions", {"model": "bad-sha", "messages": MSGS})
-    assert r.status != 500 and r.status in (404, 503), (r.status, r.body)
-    err = r.json()["error"]
-    # The model is never registered (its worker never got ready), so the gateway does not know
-    # it; a 503 naming the tokenizer or the missing workers would be as clear.
-    assert (r.status, err["code"]) in {
-        (404, "model_not_found"),
-        (503, "no_available_workers"),
-        (503, "tokenizer_unavailable"),
-    }, err
+    # GetModelInfo named the model, so the gateway knows it but cannot serve it now: 503 with
+    # the code HTTP mode uses when no worker is routable (not 404 model_not_found), streaming
+    # or not, chat or completions.
+    for path, body in (
+        ("/v1/chat/completions", {"model": "bad-sha", "messages": MSGS}),
+        ("/v1/chat/completions", {"model": "bad-sha", "messages": MSGS, "stream": True}),
+        ("/v1/completions", {"model": "bad-sha", "prompt": "Hello"}),
+    ):
+        r = gw.request("POST", path, body)
+        assert r.status == 503, (path, r.status, r.body)
+        err = r.json()["error"]
+        assert err["code"] == "no_available_workers" and err["type"] == "server_error", err
+    [worker] = gw.workers()
+    assert worker["model_id"] == "bad-sha", worker
+    # an unknown model is still 404
+    r = gw.request("POST", "/v1/chat/completions", {"model": "nope", "messages": MSGS})
+    assert (r.status, r.json()["error"]["code"]) == (404, "model_not_found"), r.body
     assert eng.stats()["requests"] == 0
     leftovers = [p.name for p in cache.iterdir()] if cache.exists() else []
     assert not [n for n in leftovers if not n.startswith(".")], leftovers  # nothing installed

@@ -6,9 +6,15 @@ the engine could not be reached (`UpstreamError("connect")`), did not answer in 
 (`UpstreamError("timeout")`), or refused the request (`EngineError`, with the gRPC status). A
 failure after output started is not raised: it ends each open choice with `Finished("error")`.
 
-Two channels per engine, each on its own TCP connection (`use_local_subchannel_pool`):
-* data: Generate, with HTTP/2 keepalive so a dead engine is found during a long prefill or a
-  silent stream. The engine's server must accept a ping every 30 s without calls
+Generate runs on the lean data path (`grpc_lean`: our own HTTP/2 connection, a fraction of
+grpc.aio's CPU per streamed message) unless the client is made with `lean_generate=False`; it
+yields the events of each batch of messages that arrived together (`generate_batches`), so the
+caller can write them to its client at once.
+
+Two grpc.aio channels per engine, each on its own TCP connection (`use_local_subchannel_pool`):
+* data: Generate when not lean, and SubscribeKvEvents, with HTTP/2 keepalive so a dead engine
+  is found during a long prefill or a silent stream (the lean path pings the same way). The
+  engine's server must accept a ping every 30 s without calls
   (`grpc.http2.min_ping_interval_without_data_ms` <= 30000 and `max_ping_strikes` 0 on the
   server), or it answers GOAWAY "too_many_pings" and the connection is re-made.
 * probe: health, model info, loads, tokenizer download and Abort; no keepalive (short unary
@@ -44,6 +50,7 @@ from smg.pipeline.backends.grpc_convert import (
     loads_from,
     model_info_from,
 )
+from smg.pipeline.backends.grpc_lean import CallError, LeanChannel
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineEvent, EngineModelInfo, EngineRequest
 
@@ -118,6 +125,7 @@ class EngineClient:
         *,
         rpc_timeout_s: float = 5.0,
         abort_timeout_s: float = 1.0,
+        lean: LeanChannel | None = None,
     ) -> None:
         if runtime not in SERVICE_NAMES:
             raise ValueError(f"unknown runtime {runtime!r}: expected 'vllm' or 'sglang'")
@@ -139,6 +147,9 @@ class EngineClient:
         self._standard_health: bool | None = None  # None: not asked yet
         self._aborts: set[Any] = set()  # in-flight fire-and-forget Abort calls
         self._closed = False
+        self._lean = lean  # None: Generate on the grpc.aio data channel
+        self._generate_path = f"/{SERVICE_NAMES[runtime]}/Generate"
+        self._parse_response = self._pb.GenerateResponse.FromString
 
     @classmethod
     async def connect(
@@ -148,6 +159,7 @@ class EngineClient:
         runtime: str | None = None,
         rpc_timeout_s: float = 5.0,
         abort_timeout_s: float = 1.0,
+        lean_generate: bool = True,
     ) -> EngineClient:
         """Open the channels; when `runtime` is None, ask GetModelInfo of the SGLang service and
         then the vLLM one (the other answers UNIMPLEMENTED). With a runtime given nothing is sent:
@@ -166,6 +178,9 @@ class EngineClient:
                 probe,
                 rpc_timeout_s=rpc_timeout_s,
                 abort_timeout_s=abort_timeout_s,
+                lean=LeanChannel(target, max_message_bytes=MAX_MESSAGE_BYTES)
+                if lean_generate
+                else None,
             )
             ok = True
             return client
@@ -181,6 +196,86 @@ class EngineClient:
     ) -> AsyncGenerator[EngineEvent, None]:
         """Stream our events for one request. If the consumer stops early or is cancelled, the
         call is cancelled and an Abort for `req.request_id` is sent without waiting for it."""
+        batches = self.generate_batches(req, timeout_s=timeout_s)
+        try:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+        finally:
+            await batches.aclose()
+
+    def generate_batches(
+        self, req: EngineRequest, *, timeout_s: float | None = None
+    ) -> AsyncGenerator[list[EngineEvent], None]:
+        """`generate`, a list of events at a time: those of the engine messages that arrived
+        together (never empty)."""
+        if self._lean is None:
+            return self._batches_of_one(req, timeout_s)
+        return self._generate_lean(self._lean, req, timeout_s)
+
+    async def _batches_of_one(
+        self, req: EngineRequest, timeout_s: float | None
+    ) -> AsyncGenerator[list[EngineEvent], None]:
+        events = self._generate_grpcio(req, timeout_s)
+        try:
+            async for event in events:
+                yield [event]
+        finally:
+            await events.aclose()
+
+    async def _generate_lean(
+        self, lean: LeanChannel, req: EngineRequest, timeout_s: float | None
+    ) -> AsyncGenerator[list[EngineEvent], None]:
+        norm = ResponseNormaliser(self.runtime, stream=req.stream, n=req.sampling.n)
+        message = build_generate(self.runtime, req).SerializeToString()
+        try:
+            call = await lean.start(self._generate_path, message, timeout_s)
+        except CallError as exc:
+            raise _classify_code(exc.code, exc.details, self.url, timeout_s) from exc
+        parse, feed = self._parse_response, norm.feed
+        started = False
+        ended = False  # the engine is done with the request: no Abort needed
+        try:
+            while True:
+                try:
+                    messages = await call.read_batch()
+                except CallError as exc:
+                    ended = exc.code != "DEADLINE_EXCEEDED"  # an engine error ended it
+                    if norm.all_finished:
+                        return
+                    if not started:
+                        raise _classify_code(exc.code, exc.details, self.url, timeout_s) from exc
+                    failed = norm.fail(f"{exc.code}: {exc.details or 'no details'}")
+                    if failed:
+                        yield list(failed)
+                    return
+                if not messages:
+                    ended = True
+                    failed = norm.fail("the engine closed the stream before finishing")
+                    if failed:
+                        yield list(failed)
+                    return
+                batch: list[EngineEvent] = []
+                for m in messages:
+                    event = feed(parse(m))
+                    if event is not None:
+                        batch.append(event)
+                if batch:
+                    started = True
+                    ended = norm.all_finished
+                    yield batch
+        finally:
+            if not call.done():
+                if ended:
+                    call.detach()  # finished: the trailers are on their way
+                else:
+                    call.cancel()
+            if not ended:
+                self._fire_abort(req.request_id)
+
+    async def _generate_grpcio(
+        self, req: EngineRequest, timeout_s: float | None
+    ) -> AsyncGenerator[EngineEvent, None]:
         norm = ResponseNormaliser(self.runtime, stream=req.stream, n=req.sampling.n)
         call = self._data.Generate(build_generate(self.runtime, req), timeout=timeout_s)
         started = False
@@ -347,6 +442,8 @@ class EngineClient:
                 await call
             except grpc.aio.AioRpcError as exc:
                 log.debug("abort_failed", url=self.url, error=_describe(exc))
+        if self._lean is not None:
+            await self._lean.close()
         await self._data_channel.close()
         await self._probe_channel.close()
 
@@ -364,13 +461,16 @@ class EngineClient:
 
 
 def _classify(exc: grpc.aio.AioRpcError, url: str, timeout_s: float | None) -> Exception:
-    code = exc.code()
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return UpstreamError("connect", f"{url}: {exc.details() or 'unavailable'}")
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+    return _classify_code(exc.code().name, exc.details() or "", url, timeout_s)
+
+
+def _classify_code(code: str, details: str, url: str, timeout_s: float | None) -> Exception:
+    if code == "UNAVAILABLE":
+        return UpstreamError("connect", f"{url}: {details or 'unavailable'}")
+    if code == "DEADLINE_EXCEEDED":
         within = f" in {timeout_s:g} s" if timeout_s else ""
         return UpstreamError("timeout", f"{url}: no answer{within}")
-    return EngineError(code.name, exc.details() or "")
+    return EngineError(code, details)
 
 
 async def _detect_runtime(probe: grpc.aio.Channel, url: str, timeout_s: float) -> str:

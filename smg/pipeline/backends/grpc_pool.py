@@ -10,7 +10,7 @@ before anything is sent to the client.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -76,19 +76,23 @@ class GrpcProber:
         self.timeout_s = timeout_s
 
     async def __call__(self, worker: WorkerSnapshot) -> ProbeResult:
+        # Once GetModelInfo named the model, a failure after it (the tokenizer bundle fails its
+        # sha256 check, say) still reports the model: the gateway then knows the model and
+        # answers its requests 503 `no_available_workers`, not 404 `model_not_found`.
+        model_id = worker.model_id
         try:
             client = await self.pool.connect(worker.url)
             if not await client.health(self.timeout_s):
                 return ProbeResult(ok=False, detail="engine reports not serving")
-            model_id = worker.model_id
             if model_id is None:
                 model_id = (await client.model_info()).model_id
-            await self.ensure_tokenizer(model_id, client)
-            return ProbeResult(ok=True, model_id=model_id)
         except (UpstreamError, EngineError, grpc.aio.AioRpcError, OSError) as exc:
-            return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
-        except LookupError as exc:
-            return ProbeResult(ok=False, detail=str(exc))
+            return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
+        try:
+            await self.ensure_tokenizer(model_id, client)
+        except Exception as exc:  # a refused bundle, a load timeout, an unreadable tokenizer
+            return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
+        return ProbeResult(ok=True, model_id=model_id)
 
 
 class DispatchProber:
@@ -109,51 +113,57 @@ class DispatchProber:
 
 
 class EngineStream:
-    """A started engine call: status 200 once the first event arrived."""
+    """A started engine call: status 200 once the first events arrived."""
 
     __slots__ = ("_agen", "_first", "status")
 
-    def __init__(self, agen: AsyncIterator[EngineEvent], first: EngineEvent | None) -> None:
+    def __init__(
+        self, agen: AsyncGenerator[list[EngineEvent], None], first: list[EngineEvent]
+    ) -> None:
         self._agen = agen
-        self._first = first
+        self._first: list[EngineEvent] | None = first
         self.status = 200
 
     def release(self) -> None:
         """Nothing to return to a pool; `aclose` ends the call."""
 
-    def events(self) -> AsyncIterator[EngineEvent]:
-        # no async generator of our own around the engine's: one frame less per token
+    def batches(self) -> AsyncIterator[list[EngineEvent]]:
+        """The events a list at a time: those that arrived together (write them together)."""
         return self
 
-    def __aiter__(self) -> AsyncIterator[EngineEvent]:
+    async def events(self) -> AsyncIterator[EngineEvent]:
+        async for batch in self:
+            for event in batch:
+                yield event
+
+    def __aiter__(self) -> AsyncIterator[list[EngineEvent]]:
         return self
 
-    def __anext__(self) -> Awaitable[EngineEvent]:
+    def __anext__(self) -> Awaitable[list[EngineEvent]]:
         first = self._first
         if first is not None:
             self._first = None
-            return _ready(first)
+            if first:
+                return _ready(first)
         return self._agen.__anext__()
 
     async def aclose(self) -> None:
         """End the engine call (cancels it and sends Abort if it was still running)."""
-        close = getattr(self._agen, "aclose", None)
-        if close is not None:
-            await close()
+        await self._agen.aclose()
 
 
-async def _ready(ev: EngineEvent) -> EngineEvent:
-    return ev
+async def _ready(batch: list[EngineEvent]) -> list[EngineEvent]:
+    return batch
 
 
 async def start_stream(
     client: EngineClient, request: EngineRequest, timeout_s: float | None
 ) -> EngineStream:
-    agen = client.generate(request, timeout_s=timeout_s)
+    agen = client.generate_batches(request, timeout_s=timeout_s)
     try:
         first = await anext(agen)
     except StopAsyncIteration:
-        first = None
+        first = []
     except EngineError as exc:
         await agen.aclose()
         if exc.http_status in (502, 503):  # the engine is unavailable or overloaded: try another

@@ -34,7 +34,6 @@ from smg.pipeline.kv_index import KvIndex, KvIndexes
 from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
 from smg.pipeline.radix_tree import Eviction, RadixTree
 
-
 RECENT_PER_WORKER = 64  # prefixes remembered per worker for the mesh's cache summaries
 RECENT_ITEMS = 256  # items (characters or token ids) kept of each
 

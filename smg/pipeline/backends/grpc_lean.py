@@ -1,0 +1,396 @@
+"""The lean gRPC data path: Generate over our own HTTP/2 connection to the engine.
+
+grpc.aio costs ~100 µs of gateway CPU per streamed message (a completion-queue round trip through
+its poller thread for every `read()`); a streamed token is one message. This is a thin asyncio
+shell around the sans-IO `h2_client.ClientConnection`: `data_received` feeds the state machine
+and appends whole gRPC messages to their call, whose reader wakes once per batch of messages that
+arrived together (`read_batch`). Control-plane calls (health, model info, loads, Abort, tokenizer
+download, KV events) stay on grpc.aio, where a per-call cost does not matter.
+
+A connection per `LeanChannel` (another one is opened when the server's stream limit is reached
+or after GOAWAY), HTTP/2 keepalive like the grpc.aio data channel had (a PING after
+`keepalive_time_s` without bytes from the engine; no answer within `keepalive_timeout_s` closes
+the connection and fails its calls as UNAVAILABLE), the deadline both sent (`grpc-timeout`) and
+enforced here. Failures are `CallError` with the gRPC status code name, as grpc.aio reports them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import cast
+from urllib.parse import unquote
+
+import grpc
+import structlog
+
+from smg.pipeline.backends import hpack
+from smg.pipeline.backends.h2_client import (
+    END,
+    ERROR_CANCEL,
+    ERROR_REFUSED_STREAM,
+    GOAWAY,
+    HEADERS,
+    MESSAGE,
+    PING_ACK,
+    RESET,
+    ClientConnection,
+    Event,
+    H2ProtocolError,
+)
+
+log = structlog.get_logger("smg.grpc")
+
+STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+class CallError(Exception):
+    """A call ended without OK: `code` is the gRPC status name (e.g. "UNAVAILABLE")."""
+
+    def __init__(self, code: str, details: str) -> None:
+        super().__init__(f"{code}: {details}")
+        self.code = code
+        self.details = details
+
+
+class LeanCall:
+    """One server-streaming call: whole response messages in arrival order, then its status."""
+
+    __slots__ = ("_conn", "_details", "_messages", "_sid", "_status", "_timer", "_waiter")
+
+    def __init__(self) -> None:
+        self._conn: _Connection | None = None
+        self._sid = 0
+        self._messages: list[bytes] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._status: str | None = None  # "OK" or an error code name once the call ended
+        self._details = ""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def done(self) -> bool:
+        return self._status is not None
+
+    async def read_batch(self) -> list[bytes]:
+        """Every message received since the last read (at least one); [] once the call ended
+        OK; raises `CallError` when it ended otherwise (after the messages before it)."""
+        while True:
+            messages = self._messages
+            if messages:
+                self._messages = []
+                return messages
+            status = self._status
+            if status is not None:
+                if status == "OK":
+                    return messages
+                raise CallError(status, self._details)
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    def detach(self, grace_s: float = 5.0) -> None:
+        """The caller needs nothing more from a call the engine is ending anyway (every choice
+        finished, only the trailers are still to come): let the engine end it. Resetting every
+        such stream looks like an HTTP/2 rapid-reset attack to a gRPC server, which answers
+        GOAWAY. Reset only if the stream is still open after `grace_s`."""
+        if self._status is None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_later(grace_s, self._deadline)
+
+    def cancel(self) -> None:
+        """Reset the stream (the engine sees the call cancelled)."""
+        if self._status is None:
+            conn = self._conn
+            if conn is not None:
+                conn.cancel_stream(self._sid)
+            self._end("CANCELLED", "cancelled by the gateway")
+
+    # --- fed by the connection ---------------------------------------------------------------
+    def _message(self, payload: bytes) -> None:
+        self._messages.append(payload)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _end(self, status: str, details: str = "") -> None:
+        if self._status is not None:
+            return
+        self._status, self._details = status, details
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _deadline(self) -> None:
+        self._timer = None
+        if self._status is None:
+            if self._conn is not None:
+                self._conn.cancel_stream(self._sid)
+            self._end("DEADLINE_EXCEEDED", "deadline exceeded")
+
+
+def _status_of(headers: list[tuple[str, str]]) -> tuple[str, str]:
+    code: str | None = None
+    message = ""
+    for name, value in headers:
+        if name == "grpc-status":
+            code = STATUS_NAMES.get(int(value), "UNKNOWN") if value.isdigit() else "UNKNOWN"
+        elif name == "grpc-message":
+            message = unquote(value)
+    if code is None:
+        return "INTERNAL", "the stream ended without a grpc-status"
+    return code, message
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, channel: LeanChannel) -> None:
+        self.channel = channel
+        self.core = ClientConnection(max_message_bytes=channel.max_message_bytes)
+        self.calls: dict[int, LeanCall] = {}
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._heard = False  # bytes arrived since the last keepalive tick
+        self._tick: asyncio.TimerHandle | None = None
+        self._ping_due: asyncio.TimerHandle | None = None
+
+    @property
+    def usable(self) -> bool:
+        return not self.closed and self.core.can_open
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._flush()
+        self._arm_keepalive()
+
+    def open_call(self, header_block: bytes, message: bytes, call: LeanCall) -> None:
+        sid = self.core.start_call(header_block, message)
+        call._conn, call._sid = self, sid
+        self.calls[sid] = call
+        self._flush()
+
+    def cancel_stream(self, sid: int) -> None:
+        if self.calls.pop(sid, None) is not None and not self.closed:
+            self.core.cancel(sid)
+            self._flush()
+            self._retire_if_idle()
+
+    def data_received(self, data: bytes) -> None:
+        self._heard = True
+        try:
+            events = self.core.receive(data)
+        except H2ProtocolError as exc:
+            self._dispatch(exc.events)  # what came before the error is good
+            self._fail_all("INTERNAL", f"HTTP/2 protocol error from the engine: {exc}")
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        self._dispatch(events)
+        self._flush()
+        self._retire_if_idle()
+
+    def _dispatch(self, events: list[Event]) -> None:
+        calls = self.calls
+        for kind, sid, value in events:
+            if kind == MESSAGE:
+                call = calls.get(sid)
+                if call is not None:
+                    call._message(value)  # type: ignore[arg-type]
+            elif kind == END:
+                call = calls.pop(sid, None)
+                if call is not None:
+                    call._end(*_status_of(value))  # type: ignore[arg-type]
+            elif kind == HEADERS:
+                self._on_headers(sid, value)  # type: ignore[arg-type]
+            elif kind == RESET:
+                call = calls.pop(sid, None)
+                if call is not None:
+                    code = value
+                    status = (
+                        "UNAVAILABLE"
+                        if code == ERROR_REFUSED_STREAM
+                        else "CANCELLED"
+                        if code == ERROR_CANCEL
+                        else "INTERNAL"
+                    )
+                    call._end(status, f"the engine reset the stream (HTTP/2 error {code})")
+            elif kind == GOAWAY:
+                log.info("engine_goaway", target=self.channel.target, detail=value, last_stream=sid)
+                for refused in [s for s in calls if s > sid]:  # never processed: retryable
+                    calls.pop(refused)._end("UNAVAILABLE", f"the engine sent {value}")
+            elif kind == PING_ACK and self._ping_due is not None:
+                self._ping_due.cancel()
+                self._ping_due = None
+
+    def _on_headers(self, sid: int, headers: list[tuple[str, str]]) -> None:
+        status = next((v for k, v in headers if k == ":status"), "")
+        if status == "200":
+            return
+        call = self.calls.pop(sid, None)
+        if call is None:
+            return
+        self.core.cancel(sid)
+        code = {"400": "INTERNAL", "401": "UNAUTHENTICATED", "403": "PERMISSION_DENIED",
+                "404": "UNIMPLEMENTED", "429": "UNAVAILABLE", "502": "UNAVAILABLE",
+                "503": "UNAVAILABLE", "504": "UNAVAILABLE"}.get(status, "UNKNOWN")  # fmt: skip
+        call._end(code, f"the engine answered HTTP status {status or 'none'}")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for handle in (self._tick, self._ping_due):
+            if handle is not None:
+                handle.cancel()
+        self._fail_all("UNAVAILABLE", f"the connection to the engine was lost ({exc or 'closed'})")
+        self.channel._forget(self)
+
+    def _fail_all(self, status: str, details: str) -> None:
+        self.closed = True
+        calls, self.calls = self.calls, {}
+        for call in calls.values():
+            call._end(status, details)
+
+    def _flush(self) -> None:
+        data = self.core.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def _retire_if_idle(self) -> None:
+        """After GOAWAY, close once the last call on this connection is over."""
+        if self.core.goaway and not self.calls and self.transport is not None:
+            self.closed = True
+            self.transport.close()
+
+    def close(self) -> None:
+        self._fail_all("UNAVAILABLE", "the gateway closed the connection")
+        if self.transport is not None and not self.transport.is_closing():
+            self.core.close()
+            self._flush()
+            self.transport.close()
+
+    # --- keepalive -------------------------------------------------------------------------------
+    def _arm_keepalive(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tick = loop.call_later(self.channel.keepalive_time_s, self._keepalive)
+
+    def _keepalive(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        if not self._heard and self._ping_due is None:
+            self.core.ping(os.urandom(8))
+            self._flush()
+            loop = asyncio.get_running_loop()
+            self._ping_due = loop.call_later(self.channel.keepalive_timeout_s, self._ping_timeout)
+        self._heard = False
+        self._arm_keepalive()
+
+    def _ping_timeout(self) -> None:
+        self._ping_due = None
+        if self._heard:
+            return  # the engine sent something since: alive
+        self._fail_all("UNAVAILABLE", "keepalive ping not answered: the engine is unreachable")
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _timeout_header(timeout_s: float) -> str:
+    ms = max(1, int(timeout_s * 1000))
+    return f"{ms}m" if ms < 100_000_000 else f"{min(int(timeout_s), 99_999_999)}S"
+
+
+class LeanChannel:
+    """Server-streaming calls to one engine (`host:port`) over lean HTTP/2 connections."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        keepalive_time_s: float = 30.0,
+        keepalive_timeout_s: float = 10.0,
+        connect_timeout_s: float = 5.0,
+        max_message_bytes: int = 256 * 1024 * 1024,
+    ) -> None:
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"not host:port: {target!r}")
+        self.host = host.strip("[]")
+        self.port = int(port)
+        self.target = target
+        self.keepalive_time_s = keepalive_time_s  # ping after this long without bytes ...
+        self.keepalive_timeout_s = keepalive_timeout_s  # ... and give up this long after
+        self.connect_timeout_s = connect_timeout_s
+        self.max_message_bytes = max_message_bytes
+        self._conns: list[_Connection] = []
+        self._lock = asyncio.Lock()
+        self._blocks: dict[str, bytes] = {}
+        self._closed = False
+
+    async def start(self, path: str, message: bytes, timeout_s: float | None = None) -> LeanCall:
+        """Send one request message on `path` (e.g. `/vllm.grpc.engine.VllmEngine/Generate`);
+        raises `CallError("UNAVAILABLE")` when the engine cannot be reached."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        conn = self._usable() or await self._connect(timeout_s)
+        block = self._blocks.get(path)
+        if block is None:
+            block = self._blocks[path] = hpack.encode(
+                (
+                    (":method", "POST"),
+                    (":scheme", "http"),
+                    (":path", path),
+                    (":authority", self.target),
+                    ("content-type", "application/grpc"),
+                    ("te", "trailers"),
+                    ("user-agent", "smg-lean-grpc"),
+                )
+            )
+        call = LeanCall()
+        if timeout_s is not None:
+            left = max(0.001, timeout_s - (loop.time() - started))
+            block += hpack.encode((("grpc-timeout", _timeout_header(left)),))
+            call._timer = loop.call_later(left, call._deadline)
+        conn.open_call(block, message, call)
+        return call
+
+    def _usable(self) -> _Connection | None:
+        for conn in self._conns:
+            if conn.usable:
+                return conn
+        return None
+
+    async def _connect(self, timeout_s: float | None) -> _Connection:
+        async with self._lock:
+            conn = self._usable()
+            if conn is not None:
+                return conn
+            if self._closed:
+                raise CallError("UNAVAILABLE", "the channel is closed")
+            limit = self.connect_timeout_s if timeout_s is None else timeout_s
+            loop = asyncio.get_running_loop()
+            try:
+                async with asyncio.timeout(limit):
+                    _, protocol = await loop.create_connection(
+                        lambda: _Connection(self), self.host, self.port
+                    )
+            except TimeoutError:
+                raise CallError(
+                    "DEADLINE_EXCEEDED" if timeout_s is not None else "UNAVAILABLE",
+                    f"no connection to {self.target} in {limit:g} s",
+                ) from None
+            except OSError as exc:
+                detail = f"failed to connect to {self.target}: {exc}"
+                raise CallError("UNAVAILABLE", detail) from None
+            self._conns.append(protocol)
+            return protocol
+
+    def _forget(self, conn: _Connection) -> None:
+        if conn in self._conns:
+            self._conns.remove(conn)
+
+    async def close(self) -> None:
+        self._closed = True
+        conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.close()

@@ -1,0 +1,311 @@
+"""The lean gRPC data path's pure parts: HPACK and the sans-IO HTTP/2 client connection.
+
+The server side is bytes built here; each scenario is fed whole, one byte at a time and in random
+chunks, and must give the same events."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from smg.pipeline.backends import hpack
+from smg.pipeline.backends.h2_client import (
+    CONTINUATION,
+    DATA,
+    END,
+    FLAG_ACK,
+    FLAG_END_HEADERS,
+    FLAG_END_STREAM,
+    FLAG_PADDED,
+    GOAWAY,
+    GOAWAY_FRAME,
+    HEADERS,
+    HEADERS_FRAME,
+    MESSAGE,
+    PING,
+    PING_ACK,
+    PREFACE,
+    PUSH_PROMISE,
+    RESET,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    WINDOW_UPDATE,
+    ClientConnection,
+    Event,
+    H2ProtocolError,
+    frame,
+)
+
+# --- HPACK -------------------------------------------------------------------------------------
+
+HUFFMAN_EXAMPLES = {  # RFC 7541 C.4 and C.6
+    "www.example.com": "f1e3c2e5f23a6ba0ab90f4ff",
+    "no-cache": "a8eb10649cbf",
+    "custom-key": "25a849e95ba97d7f",
+    "custom-value": "25a849e95bb8e8b4bf",
+    "302": "6402",
+    "private": "aec3771a4b",
+    "Mon, 21 Oct 2013 20:13:21 GMT": "d07abe941054d444a8200595040b8166e082a62d1bff",
+    "https://www.example.com": "9d29ad171863c78f0b97c8e9ae82ae43d3",
+}
+
+
+@pytest.mark.parametrize(("text", "hexed"), HUFFMAN_EXAMPLES.items())
+def test_huffman_rfc_examples(text: str, hexed: str) -> None:
+    assert hpack.huffman_encode(text.encode()).hex() == hexed
+    assert hpack.huffman_decode(bytes.fromhex(hexed)) == text.encode()
+
+
+def test_huffman_code_is_complete_and_round_trips_every_byte() -> None:
+    codes = hpack.huffman_codes()
+    assert sum(2.0**-length for _, length in codes) == 1.0  # a complete prefix code
+    assert codes[hpack.EOS] == (0x3FFFFFFF, 30)
+    data = bytes(range(256)) * 2
+    assert hpack.huffman_decode(hpack.huffman_encode(data)) == data
+
+
+def test_huffman_rejects_bad_padding_and_eos() -> None:
+    with pytest.raises(hpack.HpackError):
+        hpack.huffman_decode(b"\x18")  # "a" (00011) then zero padding
+    with pytest.raises(hpack.HpackError):
+        hpack.huffman_decode(b"\xff\xff\xff\xff")  # EOS
+
+
+def test_decoder_rfc_request_sequence_with_dynamic_table() -> None:
+    d = hpack.Decoder()
+    assert d.decode(bytes.fromhex("828684418cf1e3c2e5f23a6ba0ab90f4ff")) == [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":path", "/"),
+        (":authority", "www.example.com"),
+    ]
+    assert d.decode(bytes.fromhex("828684be5886a8eb10649cbf"))[-1] == ("cache-control", "no-cache")
+    assert d.decode(bytes.fromhex("828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf"))[-1] == (
+        "custom-key",
+        "custom-value",
+    )
+
+
+def test_decoder_rfc_responses_with_eviction() -> None:
+    d = hpack.Decoder(256)
+    first = d.decode(
+        bytes.fromhex(
+            "488264025885aec3771a4b6196d07abe941054d444a8200595040b8166e082a62d1bff"
+            "6e919d29ad171863c78f0b97c8e9ae82ae43d3"
+        )
+    )
+    assert first[0] == (":status", "302")
+    assert d.decode(bytes.fromhex("4883640effc1c0bf"))[0] == (":status", "307")
+    assert d._size == 222  # RFC 7541 C.6.2: one entry evicted
+
+
+@pytest.mark.parametrize("bad", ["80", "be", "3fe21f", "0f", "0005616263"])
+def test_decoder_errors_are_hpack_errors(bad: str) -> None:
+    with pytest.raises(hpack.HpackError):
+        hpack.Decoder(4096).decode(bytes.fromhex(bad))
+
+
+def test_encode_round_trip_and_integers() -> None:
+    headers = [(":path", "/a.B/Generate"), ("grpc-timeout", "5000m"), ("x" * 300, "y" * 200)]
+    assert hpack.Decoder().decode(hpack.encode(headers)) == headers
+    for value in (0, 14, 15, 16, 127, 128, 1337, 2**20):
+        encoded = hpack.encode_int(value, 4)
+        assert hpack._decode_int(encoded, 0, 4) == (value, len(encoded))
+
+
+# --- the HTTP/2 client connection ----------------------------------------------------------------
+
+
+def grpc_message(payload: bytes) -> bytes:
+    return b"\x00" + len(payload).to_bytes(4, "big") + payload
+
+
+def headers_frame(sid: int, headers: list[tuple[str, str]], *, end: bool = False) -> bytes:
+    flags = FLAG_END_HEADERS | (FLAG_END_STREAM if end else 0)
+    return frame(HEADERS_FRAME, flags, sid, hpack.encode(headers))
+
+
+def server_settings(*pairs: tuple[int, int]) -> bytes:
+    body = b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big") for k, v in pairs)
+    return frame(SETTINGS, 0, 0, body)
+
+
+def parse_frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    assert data.startswith(PREFACE) or not data.startswith(b"PRI")
+    if data.startswith(PREFACE):
+        data = data[len(PREFACE) :]
+    out, pos = [], 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        kind, flags = data[pos + 3], data[pos + 4]
+        sid = int.from_bytes(data[pos + 5 : pos + 9], "big")
+        out.append((kind, flags, sid, data[pos + 9 : pos + 9 + length]))
+        pos += 9 + length
+    assert pos == len(data)
+    return out
+
+
+def feed(conn: ClientConnection, data: bytes, how: str, seed: int = 0) -> list[Event]:
+    events: list[Event] = []
+    if how == "whole":
+        return conn.receive(data)
+    if how == "bytes":
+        for i in range(len(data)):
+            events += conn.receive(data[i : i + 1])
+        return events
+    rng = random.Random(seed)
+    pos = 0
+    while pos < len(data):
+        step = rng.randint(1, 40)
+        events += conn.receive(data[pos : pos + step])
+        pos += step
+    return events
+
+
+def opened(**kw: int) -> tuple[ClientConnection, int]:
+    conn = ClientConnection(**kw)
+    conn.data_to_send()
+    sid = conn.start_call(hpack.encode([(":path", "/x")]), b"request")
+    conn.data_to_send()
+    return conn, sid
+
+
+STREAM_BODY = [b"one", b"two" * 50, b"", b"three" * 3000]
+
+
+def a_stream(sid: int) -> bytes:
+    data = b"".join(grpc_message(m) for m in STREAM_BODY)
+    cut = [0, 7, 9, 200, len(data)]  # messages split across DATA frames, several in one
+    out = server_settings() + headers_frame(sid, [(":status", "200")])
+    for a, b in itertools.pairwise(cut):
+        out += frame(DATA, 0, sid, data[a:b])
+    return out + headers_frame(sid, [("grpc-status", "0"), ("grpc-message", "")], end=True)
+
+
+@pytest.mark.parametrize("how", ["whole", "bytes", "random"])
+def test_a_stream_is_chunk_invariant(how: str) -> None:
+    conn, sid = opened()
+    events = feed(conn, a_stream(sid), how)
+    assert events[0] == (HEADERS, sid, [(":status", "200")])
+    assert [e[2] for e in events if e[0] == MESSAGE] == STREAM_BODY
+    assert events[-1] == (END, sid, [("grpc-status", "0"), ("grpc-message", "")])
+    assert sid not in conn.streams
+    acks = [f for f in parse_frames(conn.data_to_send()) if f[0] == SETTINGS]
+    assert acks == [(SETTINGS, FLAG_ACK, 0, b"")]
+
+
+def test_opening_sends_preface_settings_and_a_bigger_window() -> None:
+    conn = ClientConnection(stream_window=1 << 20, connection_window=1 << 24)
+    frames = parse_frames(conn.data_to_send())
+    assert [f[0] for f in frames] == [SETTINGS, WINDOW_UPDATE]
+    assert int.from_bytes(frames[1][3], "big") == (1 << 24) - 65_535
+    sid = conn.start_call(hpack.encode([(":path", "/x")]), b"hi")
+    kinds = [(f[0], f[1], f[2]) for f in parse_frames(conn.data_to_send())]
+    assert kinds == [(HEADERS_FRAME, FLAG_END_HEADERS, sid), (DATA, FLAG_END_STREAM, sid)]
+    assert conn.start_call(b"", b"") == sid + 2
+
+
+def test_request_waits_for_send_window() -> None:
+    conn = ClientConnection()
+    conn.data_to_send()
+    big = bytes(100_000)
+    sid = conn.start_call(b"", big)
+    sent = [f for f in parse_frames(conn.data_to_send()) if f[0] == DATA]
+    assert sum(len(f[3]) for f in sent) == 65_535 and not any(f[1] for f in sent)
+    conn.receive(frame(WINDOW_UPDATE, 0, 0, (50_000).to_bytes(4, "big")))
+    assert conn.data_to_send() == b""  # the stream's own window is still spent
+    conn.receive(server_settings((SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20)))
+    rest = [f for f in parse_frames(conn.data_to_send()) if f[0] == DATA]
+    assert sum(len(f[3]) for f in rest) == len(big) + 5 - 65_535
+    assert rest[-1][1] == FLAG_END_STREAM and all(f[2] == sid for f in rest)
+
+
+def test_received_data_is_acknowledged_with_window_updates() -> None:
+    conn, sid = opened(stream_window=1000, connection_window=100_000)
+    conn.receive(headers_frame(sid, [(":status", "200")]))
+    conn.receive(frame(DATA, 0, sid, grpc_message(bytes(600))))
+    updates = [f for f in parse_frames(conn.data_to_send()) if f[0] == WINDOW_UPDATE]
+    assert updates == [(WINDOW_UPDATE, 0, sid, (605).to_bytes(4, "big"))]
+
+
+def test_ping_is_answered_and_our_ping_acknowledged() -> None:
+    conn, _ = opened()
+    assert conn.receive(frame(PING, 0, 0, b"12345678")) == []
+    assert parse_frames(conn.data_to_send()) == [(PING, FLAG_ACK, 0, b"12345678")]
+    conn.ping(b"abcdefgh")
+    assert parse_frames(conn.data_to_send()) == [(PING, 0, 0, b"abcdefgh")]
+    assert conn.receive(frame(PING, FLAG_ACK, 0, b"abcdefgh")) == [(PING_ACK, 0, b"abcdefgh")]
+
+
+def test_trailers_only_reset_and_cancel() -> None:
+    conn, sid = opened()
+    trailers = [(":status", "200"), ("grpc-status", "5"), ("grpc-message", "no%20such")]
+    assert conn.receive(headers_frame(sid, trailers, end=True)) == [
+        (HEADERS, sid, trailers),
+        (END, sid, trailers),
+    ]
+    second = conn.start_call(b"", b"")
+    assert conn.receive(frame(RST_STREAM, 0, second, (2).to_bytes(4, "big"))) == [
+        (RESET, second, 2)
+    ]
+    third = conn.start_call(b"", b"")
+    conn.data_to_send()
+    conn.cancel(third)
+    assert parse_frames(conn.data_to_send()) == [(RST_STREAM, 0, third, (8).to_bytes(4, "big"))]
+    # frames for a cancelled stream are dropped, but headers still update the HPACK state
+    late = frame(HEADERS_FRAME, FLAG_END_HEADERS, third, bytes.fromhex("4001610162"))
+    assert conn.receive(late + frame(DATA, 0, third, grpc_message(b"late"))) == []
+    assert conn.decoder.decode(bytes.fromhex("be")) == [("a", "b")]  # ("a", "b") was indexed
+
+
+def test_continuation_and_padding() -> None:
+    conn, sid = opened()
+    block = hpack.encode([(":status", "200"), ("x-long", "v" * 100)])
+    data = frame(HEADERS_FRAME, 0, sid, block[:10]) + frame(
+        CONTINUATION, FLAG_END_HEADERS, sid, block[10:]
+    )
+    padded = b"\x03" + grpc_message(b"hello") + b"\x00\x00\x00"
+    data += frame(DATA, FLAG_PADDED, sid, padded)
+    events = conn.receive(data)
+    assert events == [(HEADERS, sid, [(":status", "200"), ("x-long", "v" * 100)]),
+                      (MESSAGE, sid, b"hello")]  # fmt: skip
+
+
+def test_goaway_and_stream_limit_stop_new_streams() -> None:
+    conn, sid = opened()
+    conn.receive(server_settings((SETTINGS_MAX_CONCURRENT_STREAMS, 1)))
+    assert not conn.can_open
+    payload = sid.to_bytes(4, "big") + (0).to_bytes(4, "big") + b"bye"
+    conn2, _ = opened()
+    events = conn2.receive(frame(GOAWAY_FRAME, 0, 0, payload))
+    assert events == [(GOAWAY, sid, "GOAWAY error 0: bye")] and not conn2.can_open
+    with pytest.raises(RuntimeError):
+        conn2.start_call(b"", b"")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        frame(DATA, 0, 0, b"x"),  # DATA on stream 0
+        (20_000).to_bytes(3, "big") + bytes((DATA, 0)) + (1).to_bytes(4, "big"),  # too big
+        frame(PUSH_PROMISE, FLAG_END_HEADERS, 1, bytes(4)),
+        frame(PING, 0, 0, b"short"),
+        frame(HEADERS_FRAME, 0, 1, b"") + frame(DATA, 0, 1, b""),  # interrupted header block
+        frame(DATA, 0, 1, b"\x01\x00\x00\x00\x00"),  # a compressed message
+    ],
+)
+def test_protocol_errors(bad: bytes) -> None:
+    conn, _ = opened()
+    with pytest.raises(H2ProtocolError):
+        conn.receive(bad)
+
+
+def test_spent_stream_ids_retire_the_connection() -> None:
+    conn, _ = opened()
+    conn.next_stream_id = 2**31 - 1
+    conn.start_call(b"", b"")
+    assert conn.goaway and not conn.can_open

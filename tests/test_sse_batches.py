@@ -1,0 +1,85 @@
+"""Streaming in gRPC mode writes one SSE write per batch of engine events that arrived together,
+never holds a frame back for a later batch, and sends the last batch with the closing frames and
+the end of the body in one write."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import orjson
+
+from smg.api.pipeline_routes import PipelineRoutes
+from smg.pipeline.backends.grpc_pool import EngineStream
+from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
+from smg.pipeline.output import OutputShaper, OutputSpec
+
+
+def decode(ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+    return "".join(chr(i) for i in ids)
+
+
+class FakeResponse:
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.writes: list[bytes] = []
+        self.eof: bytes | None = None
+        self.fail_after = fail_after
+
+    async def prepare(self, request: Any) -> None:
+        return None
+
+    async def write(self, data: bytes) -> None:
+        if self.fail_after is not None and len(self.writes) >= self.fail_after:
+            raise ConnectionResetError
+        self.writes.append(data)
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        self.eof = data
+
+
+def delta(text: str, done: int) -> TokenDelta:
+    return TokenDelta(0, [ord(c) for c in text], 3, done)
+
+
+async def run(batches: list[list[EngineEvent]], resp: FakeResponse) -> bool | None:
+    async def agen() -> AsyncGenerator[list[EngineEvent], None]:
+        for batch in batches[1:]:
+            yield batch
+
+    outcome: list[bool | None] = []
+    spec = OutputSpec(response_id="chatcmpl-1", model="m", created=1, chat=True)
+    engine = EngineStream(agen(), batches[0])
+    shaper = OutputShaper(spec, decode)
+    await PipelineRoutes.stream(None, resp, engine, shaper, outcome.append)  # type: ignore[arg-type]
+    return outcome[0]
+
+
+def contents(data: bytes) -> list[object]:
+    out: list[object] = []
+    for line in data.split(b"\n\n"):
+        if line.startswith(b"data: {"):
+            choice = orjson.loads(line[6:])["choices"][0]
+            out.append(choice["delta"].get("content", choice["finish_reason"]))
+        elif line == b"data: [DONE]":
+            out.append("[DONE]")
+    return out
+
+
+async def test_one_write_per_batch_and_the_last_batch_with_the_end() -> None:
+    resp = FakeResponse()
+    batches: list[list[EngineEvent]] = [
+        [delta("a", 1)],
+        [delta("b", 2), delta("c", 3), delta("d", 4)],
+        [delta("e", 5)],
+        [delta("f", 6), Finished(0, "length", 3, 6)],
+    ]
+    assert await run(batches, resp) is True
+    assert [contents(w) for w in resp.writes] == [["", "a"], ["b", "c", "d"], ["e"]]
+    assert resp.eof is not None and contents(resp.eof) == ["f", "length", "[DONE]"]
+
+
+async def test_a_client_that_leaves_reports_no_outcome() -> None:
+    resp = FakeResponse(fail_after=1)
+    batches: list[list[EngineEvent]] = [[delta("a", 1)], [delta("b", 2)], [delta("c", 3)]]
+    assert await run(batches, resp) is None
+    assert resp.eof is None

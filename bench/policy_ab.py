@@ -8,13 +8,15 @@ Zipf-like with `--zipf`; the rest are unique), then stop everything. Every polic
 requests at identical offsets, on fresh (cold) engines.
 
 Per policy: prefix-cache hit rate (cached / prompt tokens, from the engines' `cached_tokens` in
-the streamed usage), TTFT and end-to-end p50/p99 (measured from each request's *scheduled*
-arrival, so client lag counts against the gateway, not for it), completed req/s, requests per
-engine (the engines' own counters) and max/mean load. The markdown table goes to stdout and to
+the streamed usage), the cached tokens' sum (prefill the engines skipped), TTFT and end-to-end
+p50/p99 (measured from each request's *scheduled* arrival, so client lag counts against the
+gateway, not for it), completed req/s, requests per engine (the engines' own counters) and
+max/mean load. The markdown table goes to stdout and to
 `bench/results/policy-ab-<time>.md`, raw JSON to `.json` next to it.
 
     .venv/bin/python bench/policy_ab.py                       # 5 policies, ~5 min
     .venv/bin/python bench/policy_ab.py --policies round_robin,cache_aware --rate 6
+    .venv/bin/python bench/policy_ab.py --policies round_robin,cache_aware_tree_only,cache_aware
 """
 
 from __future__ import annotations
@@ -47,6 +49,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procs import stop_all  # noqa: E402
 
 DEFAULT_POLICIES = "round_robin,power_of_two,cache_aware,prefix_hash,least_load"
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # cache_aware on the approximate prefix tree alone; plain `cache_aware` also follows the
+    # engines' KV events (SubscribeKvEvents) in gRPC mode.
+    "cache_aware_tree_only": ("cache_aware", ("--disable-kv-events",)),
+}
+"""Row label -> (policy, extra `smg launch` flags)."""
+
+
+def resolve(label: str) -> tuple[str, tuple[str, ...]]:
+    return VARIANTS.get(label, (label, ()))
+
+
 SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "do", "gu", "be", "fi")
 
 
@@ -127,6 +141,7 @@ def summarise(policy: str, outcomes: list[Outcome], engine_requests: list[int]) 
         "ok": len(ok),
         "errors": len(outcomes) - len(ok),
         "hit_rate": sum(o.cached_tokens for o in ok) / prompt if prompt else 0.0,
+        "cached_tokens": sum(o.cached_tokens for o in ok),  # prefill the engines skipped
         "prompt_tokens_mean": prompt / len(ok) if ok else 0.0,
         "ttft_p50_ms": _ms(pct(ttft, 50)),
         "ttft_p99_ms": _ms(pct(ttft, 99)),
@@ -148,11 +163,13 @@ def _f(x: float | None, fmt: str = ".0f") -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| policy | ok/err | hit rate | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms "
-            "| req/s | requests per engine | max/mean | client lag p99 ms |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")  # fmt: skip
+    head = ("| policy | ok/err | hit rate | prefill tokens saved | TTFT p50 ms | TTFT p99 ms "
+            "| e2e p50 ms | e2e p99 ms | req/s | requests per engine | max/mean "
+            "| client lag p99 ms |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")  # fmt: skip
     lines = [
         f"| {r['policy']} | {r['ok']}/{r['errors']} | {r['hit_rate']:.1%} "
+        f"| {r.get('cached_tokens', 0):,} "
         f"| {_f(r['ttft_p50_ms'])} | {_f(r['ttft_p99_ms'])} | {_f(r['e2e_p50_ms'])} "
         f"| {_f(r['e2e_p99_ms'])} | {r['throughput_rps']:.2f} "
         f"| {' / '.join(map(str, r['engine_requests']))} | {r['max_mean_load']:.2f} "
@@ -195,14 +212,15 @@ def repeat_share(reqs: list[Req]) -> float:
 def available(names: list[str]) -> tuple[list[str], list[str]]:
     """Split `names` into policies this checkout's gateway can build and the rest."""
     ok, missing = [], []
-    for name in names:
+    for label in names:
+        name = resolve(label)[0]
         try:
             if name not in POLICIES:
                 raise ValueError(name)
             make_policy(name, RoutingConfig(), random.Random(0), time.monotonic)
-            ok.append(name)
+            ok.append(label)
         except Exception:  # any failure to build means "not available here"
-            missing.append(name)
+            missing.append(label)
     return ok, missing
 
 
@@ -262,11 +280,12 @@ class Cluster:
                 urls.append(f"grpc://127.0.0.1:{port}")
                 self.stats_urls.append(f"http://127.0.0.1:{sport}/sim/stats")
             gport = free_port()
+            policy, flags = resolve(self.policy)
             gw = self._spawn("gateway", [
                 "launch", "--host", "127.0.0.1", "--port", str(gport), "--worker-urls", *urls,
-                "--policy", self.policy, "--tokenizer-path", str(qwen3_tokenizer_dir()),
+                "--policy", policy, "--tokenizer-path", str(qwen3_tokenizer_dir()),
                 "--prometheus-port", "0", "--health-check-interval-secs", "1",
-                "--log-level", "warn", *a.gateway_args.split(),
+                "--log-level", "warn", *flags, *a.gateway_args.split(),
             ])  # fmt: skip
             self.url = f"http://127.0.0.1:{gport}"
             deadline = time.monotonic() + 60
@@ -397,7 +416,8 @@ def run_policy(args: argparse.Namespace, policy: str, reqs: list[Req], logdir: P
 def main(argv: list[str] | None = None) -> int:
     fmt = argparse.ArgumentDefaultsHelpFormatter
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=fmt)
-    ap.add_argument("--policies", default=DEFAULT_POLICIES, help="comma-separated")
+    ap.add_argument("--policies", default=DEFAULT_POLICIES,
+                    help=f"comma-separated; also {', '.join(VARIANTS)}")  # fmt: skip
     ap.add_argument("--rate", type=float, default=16.0, help="arrivals per second (Poisson)")
     ap.add_argument("--requests", type=int, default=640, help="requests per policy")
     ap.add_argument("--max-run-s", type=float, default=40.0, help="stop sending after this")

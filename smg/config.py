@@ -110,6 +110,10 @@ class RoutingConfig:
         67_108_864, "cache_aware: most characters (tokens) a worker keeps in a model's tree."
     )
     block_size: int = knob(16, "KV cache block size (tokens) for event-driven cache-aware routing.")
+    disable_kv_events: bool = knob(
+        False,
+        "cache_aware: route on the approximate prefix tree only; no SubscribeKvEvents streams.",
+    )
     load_monitor_interval: float = knob(
         10.0, "Seconds between polls of the workers' loads (GetLoads, /get_load)."
     )

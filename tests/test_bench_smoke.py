@@ -171,7 +171,15 @@ def test_policy_ab_summary_and_goals() -> None:
     assert rr["max_mean_load"] == 1.2 and rr["throughput_rps"] == 1.0
     text = "\n".join(policy_ab.goals([rr, ca]))
     assert text.count(": met") == 3
-    assert "| cache_aware | 10/0 | 54.0% | 50 | 300 |" in policy_ab.table([ca])
+    assert ca["cached_tokens"] == 5400
+    assert "| cache_aware | 10/0 | 54.0% | 5,400 | 50 | 300 |" in policy_ab.table([ca])
+    # a variant row: its own label, the policy it runs and the flag that makes it a variant
+    assert policy_ab.resolve("cache_aware_tree_only") == ("cache_aware", ("--disable-kv-events",))
+    assert policy_ab.resolve("round_robin") == ("round_robin", ())
+    assert policy_ab.available(["cache_aware_tree_only", "no_such"]) == (
+        ["cache_aware_tree_only"],
+        ["no_such"],
+    )
 
 
 def test_policy_ab_and_radix_bench_run(tmp_path: Path) -> None:

@@ -39,9 +39,11 @@ def test_flags_parse_into_the_tree() -> None:
             "2.5",
             "--api-key",
             "k",
+            "--disable-kv-events",
         ]
     )
     cfg = gateway_config_from(ns)
+    assert cfg.routing.disable_kv_events is True
     assert cfg.workers.worker_urls == ("http://a:1", "http://b:2")
     assert cfg.routing.policy == "round_robin"
     assert cfg.retry.disable_retries is True

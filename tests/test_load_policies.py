@@ -123,12 +123,15 @@ def test_least_load_ignores_expired_stale_reports() -> None:
 # ---- power_of_two with a load board ------------------------------------------------------------
 
 
-def test_power_of_two_compares_expected_wait_when_the_board_has_it() -> None:
+def test_power_of_two_breaks_in_flight_ties_on_expected_wait() -> None:
     loads = cell(w0=WorkerLoad(queued_tokens=8000), w1=WorkerLoad(queued_tokens=0))
     policy = PowerOfTwoPolicy(random.Random(0), loads=loads, now=Now())
-    # w1 has more in flight but a far shorter expected wait
-    assert {policy.select(workers(0, 9), TOKENS) for _ in range(5)} == {1}
+    # equal in flight: w1's far shorter expected wait decides
+    assert {policy.select(workers(3, 3), TOKENS) for _ in range(5)} == {1}
     assert loads.value.counters["w1"].requests == 5
+    # fewer in flight wins whatever the (possibly stale) board says, and is credited
+    assert {policy.select(workers(0, 9), TOKENS) for _ in range(5)} == {0}
+    assert loads.value.counters["w0"].requests == 5
     # without reports: in-flight, and without a board: in-flight (unchanged behaviour)
     quiet = PowerOfTwoPolicy(random.Random(0), loads=cell(), now=Now())
     assert {quiet.select(workers(0, 9), TOKENS) for _ in range(5)} == {0}
@@ -308,3 +311,28 @@ def test_make_policy_wires_the_load_knobs() -> None:
     assert (bucket.adjust_interval_s, bucket.balance_abs_threshold) == (2.0, 7)
     p2 = make_policy("power_of_two", cfg, rng, Now(), loads=loads)
     assert p2.select(workers(0, 5), TOKENS) == 0  # w0's wait (3 x 64 / 100 s) < w1's
+
+
+def test_power_of_two_spreads_evenly_under_a_stale_skewed_board() -> None:
+    """The policy A/B's skew (31 of 637 requests to one engine of four): the polled board says
+    w0's KV cache is at the cap (the sim counts cached prefix blocks as used), the others' at 90 %,
+    and every poll (here every 50 arrivals) repeats that and resets the since-report credit. Live
+    in-flight counts must still spread the arrivals evenly."""
+    reports = {f"w{i}": WorkerLoad(kv_usage=0.9, throughput=100.0) for i in range(1, 4)}
+    reports["w0"] = WorkerLoad(kv_usage=0.999, throughput=100.0)
+    loads = cell()
+    policy = PowerOfTwoPolicy(random.Random(7), loads=loads, now=Now())
+    in_flight = [0, 0, 0, 0]
+    running: list[int] = []
+    picks = [0, 0, 0, 0]
+    for i in range(400):
+        if i % 50 == 0:
+            loads.publish(loads.value.with_reports(reports))
+        if len(running) == 8:  # each request finishes after the next 8 arrive
+            in_flight[running.pop(0)] -= 1
+        chosen = policy.select(workers(*in_flight), TOKENS)
+        assert chosen is not None
+        picks[chosen] += 1
+        in_flight[chosen] += 1
+        running.append(chosen)
+    assert all(75 <= n <= 125 for n in picks), picks

@@ -66,6 +66,41 @@ def test_vllm_prefill_and_decode_requests() -> None:
     assert again.kv_transfer_params_json == kv
 
 
+def test_vllm_prefill_matches_the_nixl_connector() -> None:
+    """NIXL (vLLM's `NixlConnectorScheduler.request_finished`) hands the KV off only when the
+    prefill finishes length-capped, so an EOS first token must not end it early (the Rust
+    gateway's `sanitize_sampling_for_prefill` sets `ignore_eos` too); and the tag carries the
+    names vLLM's toy proxy sends."""
+    eos = EngineRequest("r1", (1,), SamplingParams(max_tokens=9, stop=("x",)), True)
+    msg = build_generate(VLLM, vllm_prefill(eos))
+    assert msg.sampling_params.ignore_eos and msg.sampling_params.max_tokens == 1
+    assert not msg.sampling_params.stop and msg.request_id == "r1"
+    assert json.loads(msg.kv_transfer_params_json) == {
+        "do_remote_decode": True,
+        "do_remote_prefill": False,
+        "remote_engine_id": None,
+        "remote_block_ids": None,
+        "remote_host": None,
+        "remote_port": None,
+    }
+    # the decode leg gets the prefill's params verbatim (remote_request_id, tp_size included)
+    kv = json.dumps(
+        {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": [0, 1],
+            "remote_engine_id": "e",
+            "remote_request_id": "r1-abc",
+            "remote_host": "10.0.0.2",
+            "remote_port": 5600,
+            "tp_size": 1,
+        }
+    )
+    dec = build_generate(VLLM, vllm_decode(eos, kv))
+    assert dec.kv_transfer_params_json == kv and not dec.sampling_params.ignore_eos
+    assert dec.request_id == "r1"  # the same id as the prefill leg (NIXL on vLLM < 0.13)
+
+
 def test_vllm_complete_kv_params_json_and_legacy() -> None:
     norm = ResponseNormaliser(VLLM, stream=False, n=1)
     resp = vllm_engine_pb2.GenerateResponse()

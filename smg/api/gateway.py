@@ -94,7 +94,7 @@ class Gateway:
         self._load_monitor: ActorRef | None = None
         self._kv_events: ActorRef | None = None
         self.kv_indexes = KvIndexes()
-        if isinstance(self.policy, CacheAwarePolicy):
+        if isinstance(self.policy, CacheAwarePolicy) and not cfg.routing.disable_kv_events:
             self.policy.kv_index = self.kv_indexes
         self._registry: ActorRef | None = None
         self._cache_index: ActorRef | None = None
@@ -284,7 +284,7 @@ class Gateway:
                             ),
                         )
                     )
-                if isinstance(self.policy, CacheAwarePolicy):
+                if isinstance(self.policy, CacheAwarePolicy) and not cfg.routing.disable_kv_events:
                     self._kv_events = await core.start_child(
                         ChildSpec(
                             "kv_events",

@@ -89,9 +89,19 @@ async def server_args(client: EngineClient, timeout_s: float) -> dict[str, Any]:
 
 
 def vllm_prefill(req: EngineRequest) -> EngineRequest:
-    """The vLLM prefill leg: one token, one choice, not streamed, KV kept for a remote decode."""
+    """The vLLM prefill leg: one token, one choice, not streamed, KV kept for a remote decode.
+
+    `ignore_eos`: NIXL hands the KV off only when the prefill finishes length-capped, so an EOS
+    first token must not stop it (as the Rust gateway's `sanitize_sampling_for_prefill`)."""
     sampling = dataclasses.replace(
-        req.sampling, max_tokens=1, min_tokens=0, n=1, logprobs=None, stop=(), stop_token_ids=()
+        req.sampling,
+        max_tokens=1,
+        min_tokens=0,
+        n=1,
+        logprobs=None,
+        stop=(),
+        stop_token_ids=(),
+        ignore_eos=True,
     )
     return dataclasses.replace(
         req, sampling=sampling, stream=False, kv_transfer_params_json=VLLM_PREFILL_KV

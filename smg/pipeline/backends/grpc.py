@@ -50,67 +50,30 @@ from smg.pipeline.backends.grpc_convert import (
     loads_from,
     model_info_from,
 )
+from smg.pipeline.backends.grpc_errors import (
+    DATA_CHANNEL_OPTIONS,
+    MAX_MESSAGE_BYTES,
+    PROBE_CHANNEL_OPTIONS,
+    EngineError,
+    classify,
+    classify_code,
+    describe,
+    grpc_target,
+)
 from smg.pipeline.backends.grpc_lean import CallError, LeanChannel
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineEvent, EngineModelInfo, EngineRequest
 
 log = structlog.get_logger("smg.grpc")
 
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # long prompts as token ids, tokenizer zip chunks
-_COMMON_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.enable_retries", 0),  # the gateway's runner retries, on another worker if need be
-    ("grpc.max_reconnect_backoff_ms", 5_000),  # a restarted engine is found in 5 s, not 120 s
-    ("grpc.use_local_subchannel_pool", 1),  # a connection per channel, never shared
-)
-DATA_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
-    *_COMMON_OPTIONS,
-    ("grpc.keepalive_time_ms", 30_000),  # ping after 30 s without bytes ...
-    ("grpc.keepalive_timeout_ms", 10_000),  # ... and give up on the connection 10 s later
-    ("grpc.keepalive_permit_without_calls", 1),  # idle connections are checked too
-    ("grpc.http2.max_pings_without_data", 0),  # a long prefill sends no data: keep pinging
-)
-PROBE_CHANNEL_OPTIONS = _COMMON_OPTIONS
-
-# gRPC status -> the HTTP status the runner should answer with when the engine refuses a request
-_HTTP_BY_GRPC = {
-    "INVALID_ARGUMENT": 400,
-    "OUT_OF_RANGE": 400,
-    "FAILED_PRECONDITION": 400,
-    "NOT_FOUND": 404,
-    "CANCELLED": 499,
-    "UNIMPLEMENTED": 501,
-    "RESOURCE_EXHAUSTED": 503,
-    "ABORTED": 503,
-}
-
-
-class EngineError(Exception):
-    """The engine answered with a gRPC error status before any output."""
-
-    def __init__(self, status: str, detail: str) -> None:
-        super().__init__(f"{status}: {detail}")
-        self.status = status  # the gRPC status code name, e.g. "INVALID_ARGUMENT"
-        self.detail = detail
-
-    @property
-    def http_status(self) -> int:
-        return _HTTP_BY_GRPC.get(self.status, 502)
-
-
-def grpc_target(url: str) -> str:
-    """`grpc://host:port` -> `host:port`."""
-    if not url.startswith("grpc://"):
-        raise ValueError(f"not a grpc:// URL: {url!r}")
-    target = url.removeprefix("grpc://").rstrip("/")
-    if not target:
-        raise ValueError(f"no address in {url!r}")
-    return target
-
-
-def _describe(exc: grpc.aio.AioRpcError) -> str:
-    return f"{exc.code().name}: {exc.details() or 'no details'}"
+__all__ = [
+    "DATA_CHANNEL_OPTIONS",
+    "MAX_MESSAGE_BYTES",
+    "PROBE_CHANNEL_OPTIONS",
+    "EngineClient",
+    "EngineError",
+    "grpc_target",
+]
 
 
 class EngineClient:
@@ -231,7 +194,7 @@ class EngineClient:
         try:
             call = await lean.start(self._generate_path, message, timeout_s)
         except CallError as exc:
-            raise _classify_code(exc.code, exc.details, self.url, timeout_s) from exc
+            raise classify_code(exc.code, exc.details, self.url, timeout_s) from exc
         parse, feed = self._parse_response, norm.feed
         started = False
         ended = False  # the engine is done with the request: no Abort needed
@@ -244,7 +207,7 @@ class EngineClient:
                     if norm.all_finished:
                         return
                     if not started:
-                        raise _classify_code(exc.code, exc.details, self.url, timeout_s) from exc
+                        raise classify_code(exc.code, exc.details, self.url, timeout_s) from exc
                     failed = norm.fail(f"{exc.code}: {exc.details or 'no details'}")
                     if failed:
                         yield list(failed)
@@ -291,7 +254,7 @@ class EngineClient:
                         return
                     if not started:
                         raise self._error(exc, timeout_s) from exc
-                    for failed in norm.fail(_describe(exc)):
+                    for failed in norm.fail(describe(exc)):
                         yield failed
                     return
                 if response is grpc.aio.EOF:
@@ -441,7 +404,7 @@ class EngineClient:
             try:
                 await call
             except grpc.aio.AioRpcError as exc:
-                log.debug("abort_failed", url=self.url, error=_describe(exc))
+                log.debug("abort_failed", url=self.url, error=describe(exc))
         if self._lean is not None:
             await self._lean.close()
         await self._data_channel.close()
@@ -457,20 +420,7 @@ class EngineClient:
             raise self._error(exc, timeout) from exc
 
     def _error(self, exc: grpc.aio.AioRpcError, timeout_s: float | None) -> Exception:
-        return _classify(exc, self.url, timeout_s)
-
-
-def _classify(exc: grpc.aio.AioRpcError, url: str, timeout_s: float | None) -> Exception:
-    return _classify_code(exc.code().name, exc.details() or "", url, timeout_s)
-
-
-def _classify_code(code: str, details: str, url: str, timeout_s: float | None) -> Exception:
-    if code == "UNAVAILABLE":
-        return UpstreamError("connect", f"{url}: {details or 'unavailable'}")
-    if code == "DEADLINE_EXCEEDED":
-        within = f" in {timeout_s:g} s" if timeout_s else ""
-        return UpstreamError("timeout", f"{url}: no answer{within}")
-    return EngineError(code, details)
+        return classify(exc, self.url, timeout_s)
 
 
 async def _detect_runtime(probe: grpc.aio.Channel, url: str, timeout_s: float) -> str:
@@ -486,7 +436,7 @@ async def _detect_runtime(probe: grpc.aio.Channel, url: str, timeout_s: float) -
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 continue
-            raise _classify(exc, url, timeout_s) from exc
+            raise classify(exc, url, timeout_s) from exc
         return runtime
     raise EngineError(
         "UNIMPLEMENTED", f"{url} serves neither {SERVICE_NAMES[SGLANG]} nor {SERVICE_NAMES[VLLM]}"

@@ -1,0 +1,81 @@
+"""What the gRPC adapter knows besides moving messages: channel options, URLs, error classes.
+
+Errors are classified like the HTTP adapter's: the engine could not be reached
+(`UpstreamError("connect")`), did not answer in time (`UpstreamError("timeout")`), or refused the
+request (`EngineError`, with the gRPC status and the HTTP status the runner answers with).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from smg.pipeline.backends.http import UpstreamError
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # long prompts as token ids, tokenizer zip chunks
+_COMMON_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.enable_retries", 0),  # the gateway's runner retries, on another worker if need be
+    ("grpc.max_reconnect_backoff_ms", 5_000),  # a restarted engine is found in 5 s, not 120 s
+    ("grpc.use_local_subchannel_pool", 1),  # a connection per channel, never shared
+)
+DATA_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    *_COMMON_OPTIONS,
+    ("grpc.keepalive_time_ms", 30_000),  # ping after 30 s without bytes ...
+    ("grpc.keepalive_timeout_ms", 10_000),  # ... and give up on the connection 10 s later
+    ("grpc.keepalive_permit_without_calls", 1),  # idle connections are checked too
+    ("grpc.http2.max_pings_without_data", 0),  # a long prefill sends no data: keep pinging
+)
+PROBE_CHANNEL_OPTIONS = _COMMON_OPTIONS
+
+# gRPC status -> the HTTP status the runner should answer with when the engine refuses a request
+_HTTP_BY_GRPC = {
+    "INVALID_ARGUMENT": 400,
+    "OUT_OF_RANGE": 400,
+    "FAILED_PRECONDITION": 400,
+    "NOT_FOUND": 404,
+    "CANCELLED": 499,
+    "UNIMPLEMENTED": 501,
+    "RESOURCE_EXHAUSTED": 503,
+    "ABORTED": 503,
+}
+
+
+class EngineError(Exception):
+    """The engine answered with a gRPC error status before any output."""
+
+    def __init__(self, status: str, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status  # the gRPC status code name, e.g. "INVALID_ARGUMENT"
+        self.detail = detail
+
+    @property
+    def http_status(self) -> int:
+        return _HTTP_BY_GRPC.get(self.status, 502)
+
+
+def grpc_target(url: str) -> str:
+    """`grpc://host:port` -> `host:port`."""
+    if not url.startswith("grpc://"):
+        raise ValueError(f"not a grpc:// URL: {url!r}")
+    target = url.removeprefix("grpc://").rstrip("/")
+    if not target:
+        raise ValueError(f"no address in {url!r}")
+    return target
+
+
+def describe(exc: grpc.aio.AioRpcError) -> str:
+    return f"{exc.code().name}: {exc.details() or 'no details'}"
+
+
+def classify(exc: grpc.aio.AioRpcError, url: str, timeout_s: float | None) -> Exception:
+    return classify_code(exc.code().name, exc.details() or "", url, timeout_s)
+
+
+def classify_code(code: str, details: str, url: str, timeout_s: float | None) -> Exception:
+    if code == "UNAVAILABLE":
+        return UpstreamError("connect", f"{url}: {details or 'unavailable'}")
+    if code == "DEADLINE_EXCEEDED":
+        within = f" in {timeout_s:g} s" if timeout_s else ""
+        return UpstreamError("timeout", f"{url}: no answer{within}")
+    return EngineError(code, details)

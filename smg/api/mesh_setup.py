@@ -39,6 +39,7 @@ from smg.pipeline.policies.cache_aware import CacheAwareState
 log = structlog.get_logger("smg.mesh")
 
 WORKERS, RATE_LIMITS, CACHE = "workers", "rate_limits", "cache"
+COMPACT_CHECK_INTERVAL_S = 60.0  # Replica.stats() rebuilds a document: not on every tick
 
 
 def node_name(cfg: MeshNodeConfig, advertise_host: str) -> str:
@@ -110,7 +111,11 @@ class GatewayMesh:
         self.cache_publish_interval_s = max(
             1.0, swim_profile(cfg.mesh.mesh_profile).push_pull_interval_s / 6
         )
-        self._seeded: dict[str, int] = {}  # url -> hash of the summaries last seeded from
+        self._seeded: dict[str, int] = {}
+        self._next_compact_check_s = 0.0
+        self.compact_min_tombstone_bytes = (
+            64 * 1024
+        )  # url -> hash of the summaries last seeded from
         self.view: SnapshotCell[MeshView] = SnapshotCell(MeshView(self.node_id, self.advertise))
         self.hlc = HybridClock(wall, self.node_id)
         self.directory = WorkerDirectory(self.replicas[WORKERS], self.node_id, clock=self.hlc)
@@ -218,6 +223,33 @@ class GatewayMesh:
         if now >= self._next_cache_publish_s:
             self._next_cache_publish_s = now + self.cache_publish_interval_s
             self._publish_cache_summaries()
+        if now >= self._next_compact_check_s:
+            self._next_compact_check_s = now + COMPACT_CHECK_INTERVAL_S
+            self.compact_if_needed()
+
+    def compact_if_needed(self) -> list[str]:
+        """Bound tombstones: a document whose deleted items outweigh its live ones (and exceed
+        `compact_min_tombstone_bytes`) starts a new generation. Dead nodes' worker records are
+        adopted first so their workers stay served; a previous generation is released once no
+        live owner is still missing from the new one. Returns the namespaces compacted."""
+        live = {m.node_id for m in self.view.value.members if m.state in ("alive", "suspect")}
+        compacted = []
+        for name, replica in self.replicas.items():
+            previous = replica.previous_owners()
+            if previous and not previous & live:
+                replica.release_previous()
+            st = replica.stats()
+            tombstones = st["tombstone_bytes"]
+            if (
+                tombstones > self.compact_min_tombstone_bytes
+                and tombstones > st["state_bytes"] // 2
+            ):
+                if name == WORKERS:
+                    self.directory.adopt_orphans(live)
+                replica.compact()
+                compacted.append(name)
+                log.info("mesh_doc_compacted", namespace=name, tombstone_bytes=tombstones)
+        return compacted
 
     def _doc_changed(self, namespace: str) -> None:
         if namespace == WORKERS and self._sync is not None and self._sync.alive:

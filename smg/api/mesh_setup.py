@@ -29,7 +29,8 @@ from smg.api.mesh_routes import MeshCollector, MeshRoutes
 from smg.api.rate_limiting import rate_limit_middleware
 from smg.clock import Clock
 from smg.config import GatewayConfig, MeshNodeConfig
-from smg.mesh.cache_summary import CacheSummaries
+from smg.mesh.cache_summary import PREFIX as SUMMARY_PREFIX
+from smg.mesh.cache_summary import CacheSummaries, bound
 from smg.mesh.config import MeshConfig
 from smg.mesh.rate_limit import ClusterRateLimiter
 from smg.mesh.replica import Replica
@@ -111,7 +112,7 @@ class GatewayMesh:
         self.cache_publish_interval_s = max(
             1.0, swim_profile(cfg.mesh.mesh_profile).push_pull_interval_s / 6
         )
-        self._seeded: dict[str, int] = {}
+        self._seeded: dict[str, bytes] = {}  # summary key -> the bytes we last seeded from
         self._next_compact_check_s = 0.0
         self.compact_min_tombstone_bytes = (
             64 * 1024
@@ -276,19 +277,27 @@ class GatewayMesh:
                 )
 
     def _seed_from_summaries(self) -> None:
+        """Seed our tree from the summaries of other nodes that changed since we last looked
+        (compared as bytes: decoding every summary on every update would stall the loop)."""
         state = self.cache_state
         if state is None:
             return
         by_url = {w.url: w for w in self._workers() if w.model_id is not None}
-        for url, prefixes in self.summaries.imported(exclude_owner=self.node_id).items():
-            w = by_url.get(url)
-            if w is None or w.model_id is None:
+        replica = self.replicas[CACHE]
+        raw_items = replica.raw_items()
+        for key, raw in raw_items.items():
+            owner, _, sub = key.partition("/")
+            if owner == self.node_id or not sub.startswith(SUMMARY_PREFIX):
                 continue
-            mark = hash(tuple(p if isinstance(p, str) else tuple(p) for p in prefixes))
-            if self._seeded.get(url) == mark:
+            w = by_url.get(sub[len(SUMMARY_PREFIX) :])
+            if w is None or w.model_id is None or self._seeded.get(key) == raw:
                 continue
-            self._seeded[url] = mark
-            state.seed(w.model_id, w.worker_id, prefixes, self.clock.now())
+            self._seeded[key] = raw
+            prefixes = replica.get(key)
+            if isinstance(prefixes, list):
+                state.seed(w.model_id, w.worker_id, bound(prefixes), self.clock.now())
+        for key in self._seeded.keys() - raw_items.keys():
+            del self._seeded[key]
 
     # --- announcements from this node's API and command line ------------------------------------
     def announce_add(self, msg: AddWorker, snap: WorkerSnapshot) -> None:

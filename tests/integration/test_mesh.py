@@ -227,3 +227,36 @@ def test_a_node_starts_warm_from_the_others_cache_summaries(launch: Launcher) ->
     time.sleep(0.2)
     on_b = {i: routed(b, i) for i in reversed(range(12))}
     assert on_b == on_a
+
+
+def test_nodes_run_the_grpc_pipeline_for_an_engine_registered_elsewhere(
+    launch: Launcher,
+) -> None:
+    # Every node is a full gRPC-mode server: B fetches the tokenizer from the engine A
+    # registered, applies the chat template, streams detokenized text and counts usage.
+    a = start_node(launch, "127.0.0.51", [])
+    b = start_node(launch, "127.0.0.52", [a])
+    wait_until(lambda: all_alive([a, b], 2), 15.0, "two nodes alive")
+    engine = launch.engine("qwen-sim", runtime="sglang")
+    r = a.gw.request("POST", "/workers", {"url": engine.url})
+    assert r.status == 202, r
+    wait_until(
+        lambda: b.gw.request("GET", "/v1/models").json()["data"], 30.0, "B serves the engine"
+    )
+    client = b.gw.client()
+    stream = client.chat.completions.create(
+        model="qwen-sim",
+        messages=[{"role": "user", "content": "Say something"}],
+        max_tokens=12,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, usage = "", None
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+        if chunk.usage is not None:
+            usage = chunk.usage
+    assert text and usage is not None and usage.completion_tokens == 12
+    assert usage.prompt_tokens > 5  # the chat template was applied on B, not by the engine
+    assert engine.stats()["requests"] >= 1

@@ -18,6 +18,10 @@ Admission for ``caller`` on this node (``mine`` = what this node admitted this w
   (no fresh value, or it just booted), or one already past its forecast this window (its load
   jumped), is forecast a fair share.
 
+Borrowing also ramps up: a node may borrow nothing at the moment it reaches its fair share and
+all of the others' shares half a window later. Peers' counts arrive a tick late, so nodes that wake
+together (after an idle window) would otherwise each lend themselves the same slack at once.
+
 So all nodes see (nearly) the same allocation summing to ``limit``: equal load gets fair shares,
 skewed load gives the heavy node what the light ones do not ask for, and a lone loaded node whose
 peers report idle windows uses the whole limit. Overshoot comes from a node whose demand jumps
@@ -38,6 +42,7 @@ from smg.mesh.replica import Replica, owner_of
 
 SUBKEY = "rl"
 FORECAST_MARGIN = 1.1
+RAMP_FRACTION = 0.5  # borrowing opens up over half a window from reaching the fair share
 
 
 class ClusterRateLimiter:
@@ -53,6 +58,7 @@ class ClusterRateLimiter:
         self._window: int | None = None
         self._boot_window: int | None = None  # partial: never used as a forecast
         self._counts: dict[str, int] = {}
+        self._full_at: dict[str, float] = {}  # when this window's count reached the fair share
         self._demand: dict[str, int] = {}  # admitted + refused, this window
         self._prev: dict[str, int] | None = None  # None: we were not up for the whole last one
         self._peers: tuple[int, dict[str, tuple[int, dict[str, int], dict[str, int] | None]]]
@@ -71,6 +77,7 @@ class ClusterRateLimiter:
             else:
                 self._prev = dict(self._demand) if w == self._window + 1 else {}
             self._counts = {}
+            self._full_at = {}
             self._demand = {}
             self._window = w
         return w
@@ -114,10 +121,24 @@ class ClusterRateLimiter:
         mine = self._counts.get(caller, 0)
         fair = self.limit / max(1, live_nodes)
         self._demand[caller] = self._demand.get(caller, 0) + 1
-        if mine + 1 <= fair or mine + 1 + self._reserved(caller, w, live_nodes, fair) <= self.limit:
+        if mine + 1 <= fair:
+            self._counts[caller] = mine + 1
+            return True
+        full_at = self._full_at.setdefault(caller, now)
+        if (
+            mine + 1 <= fair + self._ramp(now - full_at) * (self.limit - fair)
+            and mine + 1 + self._reserved(caller, w, live_nodes, fair) <= self.limit
+        ):
             self._counts[caller] = mine + 1
             return True
         return False
+
+    def _ramp(self, borrowing_for_s: float) -> float:
+        """How much of the others' shares may be borrowed yet: nothing when this node reaches
+        its fair share, all of it RAMP_FRACTION of a window later. Peers' counts arrive a tick
+        late; without the ramp every node waking from an idle window lent itself the others'
+        shares at once (3 real nodes, 10/s: 14-17 admitted in the first loaded window)."""
+        return min(1.0, borrowing_for_s / (RAMP_FRACTION * self.window_s))
 
     def retry_after_s(self, caller: str, now: float) -> float:
         """Seconds until the next window opens (when every caller's count starts over)."""

@@ -86,3 +86,29 @@ def test_stale_windows_are_ignored_and_totals_add_up() -> None:
     assert a.totals(0.2) == {"c": 30}
     assert a.totals(1.2) == {}  # b's window 0 does not count in window 1
     assert a.retry_after_s("c", 1.25) == pytest.approx(0.75)
+
+
+def test_nodes_waking_together_mid_window_do_not_all_borrow_the_slack() -> None:
+    # Idle for a while, then all three are hammered from 0.7 s into a window while the
+    # others' counts are still 5 steps (50 ms) away: each must not lend itself the others'
+    # shares (without the borrowing ramp: 14-17 admitted per 10 on real nodes).
+    lims = cluster(3)
+    wire: deque[tuple[int, int, bytes]] = deque()
+    admitted: dict[int, int] = {}
+    for t in range(500):  # 5 windows of 100 steps
+        now = t / 100
+        while wire and wire[0][0] <= t:
+            _, dst, data = wire.popleft()
+            lims[dst].replica.apply(data)
+        for i, lim in enumerate(lims):
+            if t >= 270:  # load starts 0.7 s into window 2: 10 requests per step per node
+                for _ in range(10):
+                    if lim.try_acquire("caller", now, live_nodes=3):
+                        admitted[lim.window_of(now)] = admitted.get(lim.window_of(now), 0) + 1
+            lim.flush(now)
+            delta = lim.replica.take_delta()
+            if delta:
+                for j in {0, 1, 2} - {i}:
+                    wire.append((t + 5, j, delta))
+    assert max(admitted.values()) <= 1.1 * LIMIT, admitted
+    assert admitted[4] >= 0.9 * LIMIT  # and the steady state still uses the limit

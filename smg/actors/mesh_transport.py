@@ -108,6 +108,7 @@ class MeshTransport:
         self._server: asyncio.Server | None = None
         self._spawn: Spawn | None = None
         self._out: dict[str, _Outbound] = {}
+        self._inbound: set[asyncio.Task[Any]] = set()
         self._closing = False
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -131,6 +132,9 @@ class MeshTransport:
             self._udp.close()
         if self._server is not None:
             self._server.close()
+            # asyncio's server starts one task per inbound stream; they are ours to end
+            for task in list(self._inbound):
+                task.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
         for out in self._out.values():
@@ -259,6 +263,9 @@ class MeshTransport:
     ) -> None:
         decoder = FrameDecoder(self.key)
         peer: str | None = None
+        task = asyncio.current_task()
+        if task is not None:
+            self._inbound.add(task)
         try:
             while not self._closing:
                 try:
@@ -289,3 +296,5 @@ class MeshTransport:
             pass
         finally:
             writer.close()
+            if task is not None:
+                self._inbound.discard(task)

@@ -1,0 +1,121 @@
+"""The mesh's sockets on loopback: packets and streams arrive decoded, faults and bad keys drop
+them (counted), and closing ends the inbound streams."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from smg.actors.mesh_transport import FaultPlan, MeshTransport
+from smg.mesh.messages import Alive, DocUpdate, Ping
+
+
+class Node:
+    def __init__(self, host: str, key: bytes | None = b"k", faults: FaultPlan | None = None):
+        self.packets: list[tuple[str, Any]] = []
+        self.streams: list[tuple[str, Any]] = []
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.t = MeshTransport(
+            host=host,
+            port=0,
+            advertise_addr="",
+            node_id=f"{host}@1",
+            key=key,
+            on_packet=lambda src, m: self.packets.append((src, m)),
+            on_stream=lambda src, m: self.streams.append((src, m)),
+            rng=random.Random(0),
+            faults=faults,
+        )
+
+    async def start(self) -> None:
+        def spawn(coro: Any, name: str) -> asyncio.Task[Any]:
+            task = asyncio.get_running_loop().create_task(coro, name=name)
+            self.tasks.append(task)
+            return task
+
+        await self.t.start(spawn)
+        self.t.advertise_addr = f"{self.t.host}:{self.t.port}"
+
+    @property
+    def addr(self) -> str:
+        return self.t.advertise_addr
+
+    async def close(self) -> None:
+        await self.t.close()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def until(predicate: Any, timeout_s: float = 2.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+async def test_packets_and_streams_arrive_from_the_senders_address() -> None:
+    a, b = Node("127.0.0.61"), Node("127.0.0.62")
+    await a.start()
+    await b.start()
+    try:
+        a.t.send(b.addr, Ping(7, "b"))
+        a.t.stream(b.addr, DocUpdate("workers", b"\x00\x01"))
+        a.t.stream(b.addr, DocUpdate("workers", b"\x02"))
+        await until(lambda: b.packets and len(b.streams) == 2)
+        assert b.packets == [(a.addr, Ping(7, "b"))]  # UDP: the bound address is the source
+        assert b.streams == [  # TCP: the hello names the sender; order is kept
+            (a.addr, DocUpdate("workers", b"\x00\x01")),
+            (a.addr, DocUpdate("workers", b"\x02")),
+        ]
+        assert a.t.stats.bytes_out["udp"] > 0 and b.t.stats.bytes_in["tcp"] > 0
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_different_cluster_key_is_counted_and_dropped() -> None:
+    a, b = Node("127.0.0.63", key=b"one"), Node("127.0.0.64", key=b"two")
+    await a.start()
+    await b.start()
+    try:
+        a.t.send(b.addr, Alive("a", a.addr, 1))
+        a.t.stream(b.addr, DocUpdate("workers", b"x"))
+        await until(lambda: b.t.stats.dropped["bad_mac"] >= 2)
+        assert b.packets == [] and b.streams == []
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_injected_partition_blocks_both_channels() -> None:
+    faults = FaultPlan()
+    a, b = Node("127.0.0.65", faults=faults), Node("127.0.0.66")
+    await a.start()
+    await b.start()
+    try:
+        faults.blocked = {b.addr}
+        a.t.send(b.addr, Ping(1, "b"))
+        a.t.stream(b.addr, DocUpdate("workers", b"x"))
+        b.t.send(a.addr, Ping(2, "a"))
+        await asyncio.sleep(0.2)
+        assert b.packets == [] and b.streams == [] and a.packets == []
+        faults.blocked = set()  # healed
+        a.t.send(b.addr, Ping(3, "b"))
+        await until(lambda: b.packets == [(a.addr, Ping(3, "b"))])
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_close_ends_inbound_streams() -> None:
+    a, b = Node("127.0.0.67"), Node("127.0.0.68")
+    await a.start()
+    await b.start()
+    a.t.stream(b.addr, DocUpdate("workers", b"x"))
+    await until(lambda: b.streams)
+    assert len(b.t._inbound) == 1  # the connection stays open for more frames
+    await b.close()
+    await until(lambda: not b.t._inbound)
+    await a.close()

@@ -50,6 +50,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                                        "smg/api/admission.py", "smg/actors/request.py",
                                        "smg/api/pipeline_routes.py", "smg/api/openai_routes.py",
                                        "smg/api/relay.py", "smg/pipeline/sampling.py",
+                                       "smg/pipeline/body_fields.py",
                                        "smg/pipeline/engine_types.py")),
     ("routing (runner, policy, snapshots)", ("smg/pipeline/", "smg/actors/", "smg/core/")),
     ("metrics", ("prometheus_client/", "smg/metrics.py")),

@@ -8,16 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from smg.sim.engine_core import (
-    BlocksRemoved,
-    BlocksStored,
-    CacheCleared,
-    CapacityError,
-    CoreConfig,
-    EngineCore,
-    Progress,
-    block_hashes,
-)
+from smg.sim.engine_core import CapacityError, CoreConfig, EngineCore, Progress
+from smg.sim.prefix_cache import BlocksRemoved, BlocksStored, CacheCleared, block_hashes
 
 T0 = 100.0
 

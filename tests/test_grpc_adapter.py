@@ -26,7 +26,8 @@ from smg_grpc_proto.generated import (
 )
 
 from smg.pipeline.backends.grpc import EngineClient, EngineError, grpc_target
-from smg.pipeline.backends.grpc_convert import SERVICE_NAMES, ResponseNormaliser
+from smg.pipeline.backends.grpc_contract import SERVICE_NAMES
+from smg.pipeline.backends.grpc_replies import ResponseNormaliser
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import (
     EngineEvent,

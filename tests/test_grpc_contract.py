@@ -1,5 +1,5 @@
 """The adapter against the installed smg-grpc-proto contract: every field it reads or writes
-exists with the type it expects (the list is `grpc_convert.USED_FIELDS`, the one the code uses),
+exists with the type it expects (the list is `grpc_contract.USED_FIELDS`, the one the code uses),
 and the requests it builds carry each runtime's encoding of our sampling parameters."""
 
 from __future__ import annotations
@@ -10,17 +10,15 @@ import orjson
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
 
-from smg.pipeline.backends.grpc_convert import (
+from smg.pipeline.backends.grpc_contract import (
     PROTO_MODULES,
     SERVICE_NAMES,
     SGLANG,
     USED_FIELDS,
     USED_METHODS,
     VLLM,
-    build_aborts,
-    build_generate,
-    wrap_int32,
 )
+from smg.pipeline.backends.grpc_requests import build_aborts, build_generate, wrap_int32
 from smg.pipeline.engine_types import EngineRequest, SamplingParams
 
 _SCALARS = {

@@ -7,7 +7,9 @@ import json
 from smg_grpc_proto.generated import sglang_scheduler_pb2, vllm_engine_pb2
 
 from smg.api.pd_grpc import sglang_legs, vllm_decode, vllm_prefill
-from smg.pipeline.backends.grpc_convert import SGLANG, VLLM, ResponseNormaliser, build_generate
+from smg.pipeline.backends.grpc_contract import SGLANG, VLLM
+from smg.pipeline.backends.grpc_replies import ResponseNormaliser
+from smg.pipeline.backends.grpc_requests import build_generate
 from smg.pipeline.engine_types import EngineRequest, Finished, SamplingParams
 
 REQ = EngineRequest("r1", (1, 2, 3), SamplingParams(max_tokens=20, n=2, logprobs=3), True, "hi")

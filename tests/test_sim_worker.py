@@ -15,7 +15,8 @@ import pytest
 
 from smg.config import SimConfig
 from smg.errors import invalid_json, invalid_request, missing_field
-from smg.sim.http_worker import SimWorker, build_app, start, worker_of
+from smg.sim.http_handlers import SimWorker
+from smg.sim.http_worker import build_app, start, worker_of
 from smg.sim.text import STREAM_LEN, TextGen, embedding, estimate_tokens, fingerprint, spans
 
 MSGS: list[Any] = [{"role": "user", "content": "Tell me a story about a gateway."}]

@@ -37,7 +37,7 @@ from smg.api.pd_routes import LegFailed, PdRoutes, leg_done
 from smg.api.relay import sse_error
 from smg.pipeline import pd
 from smg.pipeline.backends.grpc import EngineClient, EngineError
-from smg.pipeline.backends.grpc_convert import SGLANG
+from smg.pipeline.backends.grpc_contract import SGLANG
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, start_stream
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineRequest, Finished

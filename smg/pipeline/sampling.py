@@ -1,6 +1,7 @@
 """OpenAI request body -> `SamplingParams`, validated the way the Rust gateway validates it.
 
-Pure: a dict in, a frozen record or an `ApiError` (400, `param` set) out.
+Pure: a dict in, a frozen record or an `ApiError` (400, `param` set) out. The generic typed field
+readers (numbers, unsigned integers, booleans, strings) are in `body_fields`.
 
 Ranges and codes were probed against smg 1.13.0 (chat / completions where they differ):
 
@@ -43,9 +44,18 @@ from typing import Any
 import orjson
 
 from smg.errors import ApiError, invalid_type, invalid_value, missing_field
+from smg.pipeline.body_fields import (
+    bool_field,
+    check_uint,
+    is_int,
+    is_number,
+    kind_of,
+    number_field,
+    string_field,
+    uint_field,
+)
 from smg.pipeline.engine_types import SamplingParams
 
-U32_MAX = 2**32 - 1
 I32_MAX = 2**31 - 1
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 MAX_STOP = 4
@@ -56,36 +66,36 @@ MAX_N_COMPLETIONS = 128
 
 def sampling_from_openai(body: Mapping[str, Any], *, chat: bool) -> SamplingParams:
     """Validate the sampling fields of a chat (`chat=True`) or completions request body."""
-    temperature = _number(body, "temperature", 0.0, 2.0)
-    top_p = _number(body, "top_p", 0.0, 1.0, lo_exclusive=True)
-    min_p = _number(body, "min_p", 0.0, 1.0)
-    presence = _number(body, "presence_penalty", -2.0, 2.0)
-    frequency = _number(body, "frequency_penalty", -2.0, 2.0)
-    repetition = _number(body, "repetition_penalty", 0.0, 2.0)
+    temperature = number_field(body, "temperature", 0.0, 2.0)
+    top_p = number_field(body, "top_p", 0.0, 1.0, lo_exclusive=True)
+    min_p = number_field(body, "min_p", 0.0, 1.0)
+    presence = number_field(body, "presence_penalty", -2.0, 2.0)
+    frequency = number_field(body, "frequency_penalty", -2.0, 2.0)
+    repetition = number_field(body, "repetition_penalty", 0.0, 2.0)
     top_k = _top_k(body)
     seed = _seed(body)
-    n = _uint(body, "n", lo=1, hi=MAX_N_CHAT if chat else MAX_N_COMPLETIONS)
-    min_tokens = _uint(body, "min_tokens")
+    n = uint_field(body, "n", lo=1, hi=MAX_N_CHAT if chat else MAX_N_COMPLETIONS)
+    min_tokens = uint_field(body, "min_tokens")
 
     if chat:
-        max_tokens = _uint(body, "max_tokens", lo=1)
-        newer = _uint(body, "max_completion_tokens", lo=1)
+        max_tokens = uint_field(body, "max_tokens", lo=1)
+        newer = uint_field(body, "max_completion_tokens", lo=1)
         if newer is not None:
             max_tokens = newer
         logprobs = _chat_logprobs(body)
     else:
-        max_tokens = _uint(body, "max_tokens")
-        logprobs = _uint(body, "logprobs", hi=MAX_TOP_LOGPROBS)
+        max_tokens = uint_field(body, "max_tokens")
+        logprobs = uint_field(body, "logprobs", hi=MAX_TOP_LOGPROBS)
 
     if min_tokens is not None and max_tokens is not None and min_tokens > max_tokens:
         names = "max_tokens/max_completion_tokens" if chat else "max_tokens"
         raise ApiError(400, "min_tokens_exceeds_max", f"min_tokens cannot exceed {names}")
 
     json_schema, json_object = _response_format(body) if chat else (None, False)
-    regex = _string(body, "regex")
-    grammar = _string(body, "ebnf")
+    regex = string_field(body, "regex")
+    grammar = string_field(body, "ebnf")
     if not chat:
-        json_schema = _string(body, "json_schema")
+        json_schema = string_field(body, "json_schema")
     _check_constraints(regex, grammar, json_schema, json_object, chat=chat)
 
     return SamplingParams(
@@ -103,10 +113,11 @@ def sampling_from_openai(body: Mapping[str, Any], *, chat: bool) -> SamplingPara
         frequency_penalty=frequency,
         repetition_penalty=repetition,
         logprobs=logprobs,
-        ignore_eos=_bool(body, "ignore_eos", False),
-        skip_special_tokens=_bool(body, "skip_special_tokens", True),
+        ignore_eos=bool_field(body, "ignore_eos", False),
+        skip_special_tokens=bool_field(body, "skip_special_tokens", True),
         include_stop_str_in_output=(
-            _bool(body, "include_stop_str_in_output", False) or _bool(body, "no_stop_trim", False)
+            bool_field(body, "include_stop_str_in_output", False)
+            or bool_field(body, "no_stop_trim", False)
         ),
         json_schema=json_schema,
         json_object=json_object,
@@ -116,114 +127,16 @@ def sampling_from_openai(body: Mapping[str, Any], *, chat: bool) -> SamplingPara
     )
 
 
-# --- scalar fields -----------------------------------------------------------------------------
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(
-    body: Mapping[str, Any], name: str, lo: float, hi: float, *, lo_exclusive: bool = False
-) -> float | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not _is_number(value):
-        raise invalid_type(
-            f"Invalid type for '{name}': expected a number, but got {_kind(value)} instead.",
-            param=name,
-        )
-    x = float(value)
-    if x < lo or (lo_exclusive and x == lo):
-        op = ">" if lo_exclusive else ">="
-        raise ApiError(
-            400,
-            "decimal_below_min_value",
-            f"Invalid '{name}': decimal below minimum value. "
-            f"Expected a value {op} {lo}, but got {value} instead.",
-            param=name,
-        )
-    if x > hi:
-        raise ApiError(
-            400,
-            "decimal_above_max_value",
-            f"Invalid '{name}': decimal above maximum value. "
-            f"Expected a value <= {hi}, but got {value} instead.",
-            param=name,
-        )
-    return x
-
-
-def _uint(
-    body: Mapping[str, Any], name: str, *, lo: int = 0, hi: int = U32_MAX, param: str | None = None
-) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    return _check_uint(value, param or name, lo=lo, hi=hi)
-
-
-def _check_uint(value: object, param: str, *, lo: int = 0, hi: int = U32_MAX) -> int:
-    if not _is_int(value):
-        raise invalid_type(
-            f"Invalid type for '{param}': expected an integer, but got {_kind(value)} instead.",
-            param=param,
-        )
-    assert isinstance(value, int)
-    if value > U32_MAX:
-        raise invalid_value(
-            f"Invalid '{param}': {value} is out of range for an unsigned 32-bit integer.",
-            param=param,
-        )
-    if value < lo:
-        raise ApiError(
-            400,
-            "integer_below_min_value",
-            f"Invalid '{param}': integer below minimum value. "
-            f"Expected a value >= {lo}, but got {value} instead.",
-            param=param,
-        )
-    if value > hi:
-        raise ApiError(
-            400,
-            "integer_above_max_value",
-            f"Invalid '{param}': integer above maximum value. "
-            f"Expected a value <= {hi}, but got {value} instead.",
-            param=param,
-        )
-    return value
+# --- sampling-specific scalars -----------------------------------------------------------------
 
 
 def _top_k(body: Mapping[str, Any]) -> int | None:
     value = body.get("top_k")
     if value is None:
         return None
-    if not _is_int(value):
+    if not is_int(value):
         raise invalid_type(
-            f"Invalid type for 'top_k': expected an integer, but got {_kind(value)} instead.",
+            f"Invalid type for 'top_k': expected an integer, but got {kind_of(value)} instead.",
             param="top_k",
         )
     if value == -1:
@@ -240,9 +153,9 @@ def _seed(body: Mapping[str, Any]) -> int | None:
     value = body.get("seed")
     if value is None:
         return None
-    if not _is_int(value):
+    if not is_int(value):
         raise invalid_type(
-            f"Invalid type for 'seed': expected an integer, but got {_kind(value)} instead.",
+            f"Invalid type for 'seed': expected an integer, but got {kind_of(value)} instead.",
             param="seed",
         )
     if not I64_MIN <= value <= I64_MAX:
@@ -250,30 +163,6 @@ def _seed(body: Mapping[str, Any]) -> int | None:
             f"Invalid 'seed': {value} is out of range for a signed 64-bit integer.", param="seed"
         )
     return int(value)
-
-
-def _bool(body: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise invalid_type(
-            f"Invalid type for '{name}': expected a boolean, but got {_kind(value)} instead.",
-            param=name,
-        )
-    return value
-
-
-def _string(body: Mapping[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise invalid_type(
-            f"Invalid type for '{name}': expected a string, but got {_kind(value)} instead.",
-            param=name,
-        )
-    return value
 
 
 # --- structured fields -------------------------------------------------------------------------
@@ -287,7 +176,7 @@ def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
     if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
         raise invalid_type(
             "Invalid type for 'stop': expected a string or an array of strings, "
-            f"but got {_kind(value)} instead.",
+            f"but got {kind_of(value)} instead.",
             param="stop",
         )
     if len(items) > MAX_STOP:
@@ -310,15 +199,15 @@ def _stop_token_ids(body: Mapping[str, Any]) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise invalid_type(
             "Invalid type for 'stop_token_ids': expected an array of integers, "
-            f"but got {_kind(value)} instead.",
+            f"but got {kind_of(value)} instead.",
             param="stop_token_ids",
         )
-    return tuple(_check_uint(v, f"stop_token_ids[{i}]") for i, v in enumerate(value))
+    return tuple(check_uint(v, f"stop_token_ids[{i}]") for i, v in enumerate(value))
 
 
 def _chat_logprobs(body: Mapping[str, Any]) -> int | None:
-    enabled = _bool(body, "logprobs", False)
-    top = _uint(body, "top_logprobs", hi=MAX_TOP_LOGPROBS)
+    enabled = bool_field(body, "logprobs", False)
+    top = uint_field(body, "top_logprobs", hi=MAX_TOP_LOGPROBS)
     if top is not None and not enabled:
         raise ApiError(
             400,
@@ -337,7 +226,8 @@ def _response_format(body: Mapping[str, Any]) -> tuple[str | None, bool]:
         return None, False
     if not isinstance(rf, dict):
         raise invalid_type(
-            f"Invalid type for 'response_format': expected an object, but got {_kind(rf)} instead.",
+            "Invalid type for 'response_format': expected an object, "
+            f"but got {kind_of(rf)} instead.",
             param="response_format",
         )
     kind = rf.get("type")
@@ -346,7 +236,7 @@ def _response_format(body: Mapping[str, Any]) -> tuple[str | None, bool]:
     if not isinstance(kind, str):
         raise invalid_type(
             "Invalid type for 'response_format.type': expected a string, "
-            f"but got {_kind(kind)} instead.",
+            f"but got {kind_of(kind)} instead.",
             param="response_format.type",
         )
     if kind == "text":
@@ -365,7 +255,7 @@ def _response_format(body: Mapping[str, Any]) -> tuple[str | None, bool]:
     if not isinstance(spec, dict):
         raise invalid_type(
             "Invalid type for 'response_format.json_schema': expected an object, "
-            f"but got {_kind(spec)} instead.",
+            f"but got {kind_of(spec)} instead.",
             param="response_format.json_schema",
         )
     name = spec.get("name")
@@ -374,7 +264,7 @@ def _response_format(body: Mapping[str, Any]) -> tuple[str | None, bool]:
     if not isinstance(name, str):
         raise invalid_type(
             "Invalid type for 'response_format.json_schema.name': expected a string, "
-            f"but got {_kind(name)} instead.",
+            f"but got {kind_of(name)} instead.",
             param="response_format.json_schema.name",
         )
     schema = spec.get("schema")
@@ -426,7 +316,7 @@ def _logit_bias(body: Mapping[str, Any]) -> tuple[tuple[int, float], ...]:
         return ()
     if not isinstance(value, dict):
         raise invalid_type(
-            f"Invalid type for 'logit_bias': expected an object, but got {_kind(value)} instead.",
+            f"Invalid type for 'logit_bias': expected an object, but got {kind_of(value)} instead.",
             param="logit_bias",
         )
     out: list[tuple[int, float]] = []
@@ -440,10 +330,10 @@ def _logit_bias(body: Mapping[str, Any]) -> tuple[tuple[int, float], ...]:
                 "token ids",
                 param="logit_bias",
             )
-        if not _is_number(bias):
+        if not is_number(bias):
             raise invalid_type(
                 f"Invalid type for 'logit_bias.{key}': expected a number, "
-                f"but got {_kind(bias)} instead.",
+                f"but got {kind_of(bias)} instead.",
                 param=f"logit_bias.{key}",
             )
         out.append((int(key), float(bias)))

@@ -1,10 +1,11 @@
-"""The simulated gRPC engine's actor: scheduler, requests in flight, KV-event fan-out, counters.
+"""The simulated gRPC engine's actor: scheduler, requests in flight, counters.
 
 `SimEngine` owns the pure scheduler (`engine_core.EngineCore`) and is driven by one timer on
 the injected clock (no task of its own). `start` plans a request's outputs with `script.py`,
 queues one core sequence per choice and pumps; each pump runs the scheduler to `now`, wakes
 the handlers whose choices moved, publishes KV events and re-arms the timer at the next step's
-end. Handlers (see `grpc_wire.answer`) read their `Job` and stream.
+end. Handlers (see `grpc_wire.answer`) read their `Job` and stream. KV events go out through
+`kv_publisher.KvPublisher` (`engine.kv`).
 
 Tokenizer work: scripted replies are encoded (once per distinct reply), and prompts longer than
 `INLINE_DECODE_TOKENS` decoded, by the tokenizer's batch calls in a thread pool, since on the
@@ -15,14 +16,6 @@ Counters (`EngineStats`): requests (accepted Generate calls), completed (every c
 answered), aborted (in-flight requests ended by the Abort RPC), abort_requests (ids named by
 Abort calls, found or not), cancelled (the client went away first), rejected (invalid
 arguments or too big), in_flight.
-
-KV events: the first batch a publisher sends is numbered 1 (0 means "nothing yet"), each batch
-carries the events of one pump and the engine's load; a stream resumes from
-`start_sequence_number` out of the last `KV_HISTORY_BATCHES` batches (0: live only). Load-only
-batches repeat the stream's last sequence number: one first when the subscriber asks for load
-records before the first batch, then one per load change without events (coalesced) and one
-every `kv_heartbeat_s` while idle. A subscriber too slow for `KV_SUBSCRIBER_QUEUE` batches has
-its stream ended, to resume from its cursor.
 """
 
 from __future__ import annotations
@@ -30,31 +23,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
-from smg_grpc_proto.generated import common_pb2
 
 from smg.clock import Clock, LoopClock, TimerHandle
 from smg.sim import script as sc
-from smg.sim.engine_core import (
-    BlocksRemoved,
-    BlocksStored,
-    CapacityError,
-    CoreConfig,
-    EngineCore,
-    KvEvent,
-    Load,
-)
+from smg.sim.engine_core import CapacityError, CoreConfig, EngineCore, Load
+from smg.sim.kv_publisher import KvPublisher
 from smg.sim.tokenizer_files import Vocab
 
 log = structlog.get_logger("smg.sim.grpc")
-KV_HISTORY_BATCHES = 4096
-KV_SUBSCRIBER_QUEUE = 8192
 INLINE_DECODE_TOKENS = 1024  # longer prompts are decoded by the tokenizer in the thread pool
 
 
@@ -138,18 +120,8 @@ class Job:
         self.wake = asyncio.Event()
 
 
-class _Subscriber:
-    __slots__ = ("dirty", "overflow", "queue", "wake")
-
-    def __init__(self) -> None:
-        self.queue: deque[tuple[int, float, list[common_pb2.KvCacheEvent]]] = deque()
-        self.dirty = False
-        self.overflow = False
-        self.wake = asyncio.Event()
-
-
 class SimEngine:
-    """The engine actor: scheduler, request registry, KV-event fan-out, counters."""
+    """The engine actor: scheduler, request registry, counters; owns the KV-event publisher."""
 
     def __init__(
         self,
@@ -174,12 +146,13 @@ class SimEngine:
         self._jobs: dict[str, list[Job]] = {}
         self._seqs: dict[Hashable, tuple[Job, Choice]] = {}
         self._replies: dict[str, tuple[int, ...]] = {}
-        self._subscribers: set[_Subscriber] = set()
-        self._history: deque[tuple[int, float, list[common_pb2.KvCacheEvent]]] = deque(
-            maxlen=KV_HISTORY_BATCHES
+        self.kv = KvPublisher(
+            block_size=cfg.core.block_size,
+            heartbeat_s=cfg.kv_heartbeat_s,
+            load=self.load,
+            clock=self.clock,
+            wall=wall,
         )
-        self._kv_seq = 0
-        self._event_id = 0
 
     def close(self) -> None:
         if self._timer is not None:
@@ -318,120 +291,7 @@ class SimEngine:
                 del self._seqs[p.seq_id]
             job.wake.set()
             moved = True
-        self._publish(self.core.take_events(), moved)
+        self.kv.publish(self.core.take_events(), moved)
         deadline = self.core.next_deadline()
         if deadline is not None:
             self._timer = self.clock.call_later(max(0.0, deadline - now), self._pump)
-
-    # ------------------------------------------------------------ KV events
-
-    def _publish(self, events: list[KvEvent], load_changed: bool) -> None:
-        if events:
-            self._kv_seq += 1
-            entry = (self._kv_seq, self.wall(), [self._event_proto(e) for e in events])
-            self._history.append(entry)
-            for sub in self._subscribers:
-                if len(sub.queue) >= KV_SUBSCRIBER_QUEUE:
-                    sub.overflow = True
-                else:
-                    sub.queue.append(entry)
-                sub.wake.set()
-        elif load_changed:
-            for sub in self._subscribers:
-                sub.dirty = True
-                sub.wake.set()
-
-    def _event_proto(self, event: KvEvent) -> common_pb2.KvCacheEvent:
-        self._event_id += 1
-        tier, medium = common_pb2.KV_CACHE_TIER_DEVICE, "GPU"
-        if isinstance(event, BlocksStored):
-            bs = self.cfg.core.block_size
-            stored = common_pb2.KvBlocksStored(
-                blocks=[common_pb2.KvBlock(block_hash=h, token_ids=t, block_size=bs)
-                        for h, t in event.blocks],
-                tier=tier, medium=medium,
-            )  # fmt: skip
-            if event.parent_hash is not None:
-                stored.parent_block_hash = event.parent_hash
-            return common_pb2.KvCacheEvent(event_id=self._event_id, stored=stored)
-        if isinstance(event, BlocksRemoved):
-            removed = common_pb2.KvBlocksRemoved(
-                block_hashes=event.hashes, tier=tier, medium=medium
-            )
-            return common_pb2.KvCacheEvent(event_id=self._event_id, removed=removed)
-        return common_pb2.KvCacheEvent(event_id=self._event_id, cleared=common_pb2.KvCacheCleared())
-
-    def engine_load(
-        self, sample: int, *, load_only: bool, telemetry: bool
-    ) -> common_pb2.EngineLoad:
-        ld = self.load()
-        rec = common_pb2.EngineLoad(
-            running_requests=ld.running,
-            waiting_requests=ld.waiting,
-            waiting_uncached_tokens=ld.waiting_uncached_tokens,
-            token_usage=ld.token_usage,
-            active_token_usage=ld.active_token_usage,
-            gen_throughput=ld.gen_throughput,
-            max_running_requests=ld.max_batch,
-            sample=sample,
-            load_only=load_only,
-            prefill_pending_tokens=ld.prefill_pending_tokens,
-        )
-        if telemetry:
-            rec.cache_hit_rate = ld.cache_hit_rate
-            rec.num_used_tokens = ld.used_tokens
-            rec.max_total_num_tokens = ld.capacity_tokens
-            rec.queues.waiting = ld.waiting
-        return rec
-
-    async def kv_stream(
-        self, start_sequence: int, load_first: bool
-    ) -> AsyncIterator[common_pb2.KvEventBatch]:
-        """One SubscribeKvEvents stream: replay from `start_sequence` (0: live only), then live
-        batches; load-only batches on load changes and every `kv_heartbeat_s` when idle."""
-        sub = _Subscriber()
-        if start_sequence > 0:
-            sub.queue.extend(e for e in self._history if e[0] >= start_sequence)
-        self._subscribers.add(sub)
-        last_seq, sample, started = 0, 0, load_first
-        try:
-            if load_first:
-                yield self._batch(0, [], sample, load_only=True)
-            while True:
-                sub.wake.clear()
-                if sub.queue:
-                    seq, ts, events = sub.queue.popleft()
-                    sample += 1
-                    batch = self._batch(seq, events, sample, load_only=False, telemetry=not started)
-                    batch.timestamp = ts
-                    last_seq, started = seq, True
-                    yield batch
-                    continue
-                if sub.overflow:
-                    return  # the subscriber resumes from its cursor on a new stream
-                if not sub.dirty:
-                    timer = self.clock.call_later(self.cfg.kv_heartbeat_s, sub.wake.set)
-                    try:
-                        await sub.wake.wait()
-                    finally:
-                        timer.cancel()
-                    if sub.queue or sub.overflow:
-                        continue
-                sub.dirty = False  # a load change, or the idle heartbeat
-                if started:
-                    sample += 1
-                    yield self._batch(last_seq, [], sample, load_only=True)
-        finally:
-            self._subscribers.discard(sub)
-
-    def _batch(
-        self, seq: int, events: list[common_pb2.KvCacheEvent], sample: int, *,
-        load_only: bool, telemetry: bool = True,
-    ) -> common_pb2.KvEventBatch:  # fmt: skip
-        return common_pb2.KvEventBatch(
-            sequence_number=seq,
-            timestamp=self.wall(),
-            events=events,
-            dp_rank=0,
-            load=self.engine_load(sample, load_only=load_only, telemetry=telemetry or load_only),
-        )

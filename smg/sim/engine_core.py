@@ -16,23 +16,20 @@ Model (iteration-level, like vLLM's and SGLang's schedulers):
 - KV capacity (`kv_capacity_tokens`): admission reserves the request's exact footprint (prompt +
   planned output, minus prefix-cache hits), so no preemption is needed; a request that does not
   fit waits (it counts in `waiting`). A request larger than the whole cache is refused at `add`.
-- Prefix cache in blocks of `block_size` tokens, keyed by a hash chain over the token ids
-  (Python's tuple hash: deterministic for ints, a signed 64-bit value). Lookup at admission
-  matches full prompt blocks but always leaves at least one prompt token to compute, as vLLM
-  does (`cached_tokens` is a multiple of the block size). A request's full prompt blocks are
-  stored when its prefill ends, and the full blocks of prompt + output (minus the last token,
-  whose KV is never computed) when it finishes. Blocks referenced by a running request are
-  pinned; unreferenced blocks are evicted least-recently-used, leaves first, only when an
-  admission needs room. Stores, removals and clears are queued as `KvEvent`s for subscribers.
+- Prefix cache (`prefix_cache.PrefixCache`): looked up at admission (`cached_tokens` is a
+  multiple of the block size). A request's full prompt blocks are stored when its prefill ends,
+  and the full blocks of prompt + output (minus the last token, whose KV is never computed)
+  when it finishes. Evictions make room for an admission; stores, removals and clears are
+  queued as `KvEvent`s for subscribers (`take_events`).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-_ROOT_HASH = 0x5EED_B10C
+from smg.sim.prefix_cache import KvEvent, PrefixCache, block_hashes
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,25 +44,6 @@ class CoreConfig:
 
 
 # ---------------------------------------------------------------- outputs of the core
-
-
-@dataclass(frozen=True, slots=True)
-class BlocksStored:
-    parent_hash: int | None
-    blocks: tuple[tuple[int, tuple[int, ...]], ...]  # (hash, token ids), parent first
-
-
-@dataclass(frozen=True, slots=True)
-class BlocksRemoved:
-    hashes: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CacheCleared:
-    pass
-
-
-KvEvent = BlocksStored | BlocksRemoved | CacheCleared
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,27 +82,7 @@ class CapacityError(ValueError):
     """The request can never fit in the KV cache."""
 
 
-def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
-    """The hash chain of the full blocks of `tokens`."""
-    out: list[int] = []
-    h = _ROOT_HASH
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        h = hash((h, tuple(tokens[start : start + block_size])))
-        out.append(h)
-    return out
-
-
 # ---------------------------------------------------------------- internal records
-
-
-class _Block:
-    __slots__ = ("children", "parent", "refs", "tokens")
-
-    def __init__(self, parent: int | None, tokens: tuple[int, ...]) -> None:
-        self.parent = parent
-        self.tokens = tokens
-        self.refs = 0
-        self.children = 0
 
 
 class _Seq:
@@ -166,11 +124,9 @@ class EngineCore:
         self._waiting: deque[_Seq] = deque()
         self._running: list[_Seq] = []
         self._seqs: dict[Hashable, _Seq] = {}
-        self._blocks: OrderedDict[int, _Block] = OrderedDict()  # least recently used first
-        self._unref_blocks = 0
+        self._cache = PrefixCache(config.block_size)
         self._private = 0
         self._step_end: float | None = None
-        self._events: list[KvEvent] = []
         self._waiting_uncached = 0
         self._prompt_tokens_total = 0
         self._cached_tokens_total = 0
@@ -192,7 +148,8 @@ class EngineCore:
             )
         seq = _Seq(seq_id, tuple(prompt), tuple(output))
         seq.hashes = block_hashes(seq.prompt, self.config.block_size)
-        seq.estimate = len(prompt) - self._match(seq) * self.config.block_size
+        matched = self._cache.match(seq.hashes, len(seq.prompt))
+        seq.estimate = len(prompt) - matched * self.config.block_size
         self._waiting_uncached += seq.estimate
         self._seqs[seq_id] = seq
         self._waiting.append(seq)
@@ -218,9 +175,7 @@ class EngineCore:
         """Drop every cached block (FlushCache). Refused (False) while requests are in flight."""
         if self._seqs:
             return False
-        self._blocks.clear()
-        self._unref_blocks = 0
-        self._events.append(CacheCleared())
+        self._cache.clear()
         return True
 
     def advance(self, now: float) -> list[Progress]:
@@ -238,8 +193,7 @@ class EngineCore:
         return self._step_end
 
     def take_events(self) -> list[KvEvent]:
-        events, self._events = self._events, []
-        return events
+        return self._cache.take_events()
 
     def has_seq(self, seq_id: Hashable) -> bool:
         return seq_id in self._seqs
@@ -249,7 +203,8 @@ class EngineCore:
         while self._rate and self._rate[0][0] < now - window_s:
             self._rate.popleft()
         made = sum(n for _, n in self._rate)
-        pinned = len(self._blocks) - self._unref_blocks
+        blocks = len(self._cache)
+        pinned = blocks - self._cache.unreferenced
         pending = self._waiting_uncached + sum(
             s.prefill_left for s in self._running if s.generated == 0
         )
@@ -258,7 +213,7 @@ class EngineCore:
             waiting=len(self._waiting),
             waiting_uncached_tokens=self._waiting_uncached,
             prefill_pending_tokens=pending,
-            used_tokens=self._private + len(self._blocks) * bs,
+            used_tokens=self._private + blocks * bs,
             active_tokens=self._private + pinned * bs,
             capacity_tokens=self.config.kv_capacity_tokens,
             cache_hit_rate=(
@@ -271,7 +226,7 @@ class EngineCore:
         )
 
     def cached_block_count(self) -> int:
-        return len(self._blocks)
+        return len(self._cache)
 
     # ------------------------------------------------------------ steps
 
@@ -335,21 +290,19 @@ class EngineCore:
         cfg = self.config
         while self._waiting and len(self._running) < cfg.max_batch:
             seq = self._waiting[0]
-            matched = self._match(seq)
+            matched = self._cache.match(seq.hashes, len(seq.prompt))
             need = len(seq.prompt) + len(seq.output) - matched * cfg.block_size
-            free = cfg.kv_capacity_tokens - self._private - len(self._blocks) * cfg.block_size
+            free = cfg.kv_capacity_tokens - self._private - len(self._cache) * cfg.block_size
             if need > free:
                 # blocks this request will reuse must not be evicted to make room for it
-                reusable = sum(1 for h in seq.hashes[:matched] if self._blocks[h].refs == 0)
-                room = (self._unref_blocks - reusable) * cfg.block_size
+                reusable = self._cache.unreferenced_among(seq.hashes[:matched])
+                room = (self._cache.unreferenced - reusable) * cfg.block_size
                 if need > free + room:
                     return
-                self._evict(-(-(need - free) // cfg.block_size), set(seq.hashes[:matched]))
+                self._cache.evict(-(-(need - free) // cfg.block_size), set(seq.hashes[:matched]))
             self._waiting.popleft()
             self._waiting_uncached -= seq.estimate
-            for h in seq.hashes[:matched]:
-                self._ref(h)
-                self._blocks.move_to_end(h)
+            self._cache.hold(seq.hashes[:matched])
             seq.held = seq.hashes[:matched]
             seq.cached = matched * cfg.block_size
             seq.prefill_left = len(seq.prompt) - seq.cached
@@ -361,22 +314,6 @@ class EngineCore:
 
     # ------------------------------------------------------------ prefix cache
 
-    def _match(self, seq: _Seq) -> int:
-        """Full prompt blocks already cached, leaving at least one prompt token to compute."""
-        limit = (len(seq.prompt) - 1) // self.config.block_size
-        n = 0
-        for h in seq.hashes[:limit]:
-            if h not in self._blocks:
-                break
-            n += 1
-        return n
-
-    def _ref(self, h: int) -> None:
-        block = self._blocks[h]
-        if block.refs == 0:
-            self._unref_blocks -= 1
-        block.refs += 1
-
     def _store(self, seq: _Seq, tokens: tuple[int, ...], upto: int) -> None:
         """Make blocks [len(held), upto) of `tokens` shared cache blocks held by `seq`."""
         bs = self.config.block_size
@@ -384,60 +321,14 @@ class EngineCore:
             return
         if len(seq.hashes) < upto:
             seq.hashes = block_hashes(tokens, bs)
-        run: list[tuple[int, tuple[int, ...]]] = []
-        run_parent: int | None = None
-        for j in range(len(seq.held), upto):
-            h = seq.hashes[j]
-            parent = seq.hashes[j - 1] if j else None
-            block = self._blocks.get(h)
-            if block is None:
-                block = _Block(parent, tokens[j * bs : (j + 1) * bs])
-                self._blocks[h] = block
-                self._unref_blocks += 1
-                if parent is not None:
-                    self._blocks[parent].children += 1
-                if not run:
-                    run_parent = parent
-                run.append((h, block.tokens))
-            else:
-                self._blocks.move_to_end(h)
-                if run:
-                    self._events.append(BlocksStored(run_parent, tuple(run)))
-                    run = []
-            self._ref(h)
-            seq.held.append(h)
-            seq.private -= bs
-            self._private -= bs
-        if run:
-            self._events.append(BlocksStored(run_parent, tuple(run)))
+        before = len(seq.held)
+        self._cache.store(seq.held, seq.hashes, tokens, upto)
+        shared = (len(seq.held) - before) * bs  # reserved tokens now counted as cache blocks
+        seq.private -= shared
+        self._private -= shared
 
     def _release(self, seq: _Seq) -> None:
-        for h in seq.held:
-            block = self._blocks[h]
-            block.refs -= 1
-            if block.refs == 0:
-                self._unref_blocks += 1
+        self._cache.release(seq.held)
         seq.held = []
         self._private -= seq.private
         seq.private = 0
-
-    def _evict(self, count: int, keep: set[int]) -> None:
-        """Evict `count` unreferenced blocks, least recently used leaves first."""
-        removed: list[int] = []
-        while len(removed) < count:
-            progress = False
-            for h, block in list(self._blocks.items()):
-                if block.refs or block.children or h in keep:
-                    continue
-                del self._blocks[h]
-                self._unref_blocks -= 1
-                if block.parent is not None and block.parent in self._blocks:
-                    self._blocks[block.parent].children -= 1
-                removed.append(h)
-                progress = True
-                if len(removed) >= count:
-                    break
-            if not progress:
-                break
-        if removed:
-            self._events.append(BlocksRemoved(tuple(removed)))

@@ -128,7 +128,7 @@ class _Common:
             )
 
     async def SubscribeKvEvents(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        stream = self.engine.kv_stream(
+        stream = self.engine.kv.stream(
             request.start_sequence_number, request.load_records_before_first_batch
         )
         async for batch in stream:

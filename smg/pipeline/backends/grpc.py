@@ -1,10 +1,11 @@
 """gRPC transport adapter: one engine (vLLM or SGLang) behind the smg-grpc-proto contract.
 
-It moves messages only. `grpc_convert` builds requests and normalises replies; the runner decides
-which worker, whether to retry and what to count. Errors are classified like the HTTP adapter's:
-the engine could not be reached (`UpstreamError("connect")`), did not answer in time
-(`UpstreamError("timeout")`), or refused the request (`EngineError`, with the gRPC status). A
-failure after output started is not raised: it ends each open choice with `Finished("error")`.
+It moves messages only. `grpc_requests` builds requests and `grpc_replies` normalises replies;
+the runner decides which worker, whether to retry and what to count. Errors are classified like
+the HTTP adapter's: the engine could not be reached (`UpstreamError("connect")`), did not answer
+in time (`UpstreamError("timeout")`), or refused the request (`EngineError`, with the gRPC
+status). A failure after output started is not raised: it ends each open choice with
+`Finished("error")`.
 
 Generate runs on the lean data path (`grpc_lean`: our own HTTP/2 connection, a fraction of
 grpc.aio's CPU per streamed message) unless the client is made with `lean_generate=False`; it
@@ -38,17 +39,12 @@ from smg_grpc_proto.generated import (
     vllm_engine_pb2_grpc,
 )
 
-from smg.pipeline.backends.grpc_convert import (
+from smg.pipeline.backends.grpc_contract import (
     DETECTION_ORDER,
     PROTO_MODULES,
     SERVICE_NAMES,
     SGLANG,
     VLLM,
-    ResponseNormaliser,
-    build_aborts,
-    build_generate,
-    loads_from,
-    model_info_from,
 )
 from smg.pipeline.backends.grpc_errors import (
     DATA_CHANNEL_OPTIONS,
@@ -61,6 +57,8 @@ from smg.pipeline.backends.grpc_errors import (
     grpc_target,
 )
 from smg.pipeline.backends.grpc_lean import CallError, LeanChannel
+from smg.pipeline.backends.grpc_replies import ResponseNormaliser, loads_from, model_info_from
+from smg.pipeline.backends.grpc_requests import build_aborts, build_generate
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineEvent, EngineModelInfo, EngineRequest
 

@@ -1,0 +1,361 @@
+"""The simulated HTTP worker's state and route handlers (`SimWorker`).
+
+Output text comes from `smg.sim.text` (deterministic per worker seed, request seed and prompt).
+Latency is simulated with an injectable `clock_sleep`: `first_token_ms` before the first token,
+then 1/`tokens_per_second` between tokens; non-streaming answers take both as one sleep. With no
+decode delay a stream is written `_BATCH_TOKENS` chunks per write, yielding to the loop between
+writes, so the worker stays cheap at thousands of requests per second.
+
+Behaviour can change live (`POST /sim/config`, `POST /sim/health`); the handlers read one
+immutable `Behaviour` snapshot per request. `GET /sim/stats` reports counters:
+requests (generation + embedding requests received), completed (answered in full), failed
+(answered with an error: bad input, injected failure, status override), cancelled_streams
+(streams whose client left; generation stops at the next write or, under `serve`, at once),
+in_flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import itertools
+import os
+import random
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from smg.config import SimConfig
+from smg.errors import ApiError, invalid_request, missing_field
+from smg.sim.http_wire import (
+    CHAT_END,
+    CHUNK_HEAD,
+    DONE,
+    ROLE_TAIL,
+    SSE_HEADERS,
+    TEXT_END,
+    behaviour_changes,
+    chat_tail,
+    error_response,
+    json_response,
+    read_object,
+    text_tail,
+    usage,
+)
+from smg.sim.plan import CONTEXT_LENGTH, Plan, int_field, plan_request, prompt_keys
+from smg.sim.text import TextGen, embedding, spans
+
+Sleep = Callable[[float], Awaitable[None]]
+
+SIM_VERSION = "0.1.0-smg-sim"
+EMBED_DIMS = 8
+MAX_EMBED_DIMS = 4096
+_BATCH_TOKENS = 64  # stream chunks per write when there is no decode delay
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """What the worker does now; swapped whole by the control endpoints."""
+
+    failure_rate: float
+    first_token_ms: float
+    tokens_per_second: float
+    output_tokens: int
+    status_override: int | None = None
+    healthy: bool = True
+
+
+@dataclass(slots=True)
+class Stats:
+    requests: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled_streams: int = 0
+    in_flight: int = 0
+    in_flight_tokens: int = 0
+    # PD: generation requests seen per bootstrap_room (as a string: JSON keys)
+    rooms: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class SimWorker:
+    """The state of one simulated worker; lives on one event loop, so no locks."""
+
+    def __init__(self, cfg: SimConfig, clock_sleep: Sleep = asyncio.sleep) -> None:
+        self.cfg = cfg
+        self.sleep = clock_sleep
+        self.behaviour = Behaviour(
+            failure_rate=cfg.failure_rate,
+            first_token_ms=cfg.first_token_ms,
+            tokens_per_second=cfg.tokens_per_second,
+            output_tokens=cfg.output_tokens,
+            healthy=not cfg.unhealthy,
+        )
+        self.stats = Stats()
+        self.gen = TextGen(cfg.seed)
+        self._fail_rng = random.Random(cfg.seed ^ 0x5EED_FA11)
+        self._ids = itertools.count(1)
+        self._id_tag = os.urandom(4).hex()
+        self._created = int(time.time())
+        # Per-position chunk tails: a chunk is `head + tail`, so a batch is `head.join(tails)`.
+        self._chat_tails = self.gen.map(chat_tail)
+        self._text_tails = self.gen.map(text_tail)
+
+    # ---- generation -------------------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._hot(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._hot(request, "text")
+
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._hot(request, "embed")
+
+    async def _hot(self, request: web.Request, kind: str) -> web.StreamResponse:
+        st = self.stats
+        st.requests += 1
+        st.in_flight += 1
+        try:
+            beh = self.behaviour
+            body = await read_object(request)
+            if kind == "embed":
+                return await self._embed(body, beh)
+            return await self._generate(request, body, beh, kind == "chat")
+        except ApiError as err:
+            st.failed += 1
+            return error_response(err)
+        finally:
+            st.in_flight -= 1
+
+    def _check_failure(self, beh: Behaviour) -> None:
+        if beh.status_override is not None:
+            code = beh.status_override
+            raise ApiError(code, "sim_status_override", f"Simulated status {code}")
+        if beh.failure_rate > 0 and self._fail_rng.random() < beh.failure_rate:
+            raise ApiError(500, "sim_injected_failure", "Simulated worker failure")
+
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}-{self._id_tag}{next(self._ids):x}"
+
+    async def _generate(
+        self, request: web.Request, body: dict[str, Any], beh: Behaviour, chat: bool
+    ) -> web.StreamResponse:
+        body = self._pd_role(body)
+        tokens, model = beh.output_tokens, self.cfg.model
+        plan = plan_request(
+            body, chat=chat, default_tokens=tokens, default_model=model, gen=self.gen
+        )
+        self._check_failure(beh)
+        tokens = plan.prompt_tokens + plan.max_tokens * len(plan.offsets)
+        self.stats.in_flight_tokens += tokens
+        try:
+            if plan.stream:
+                return await self._stream(request, plan, beh)
+            return await self._unary(plan, beh)
+        finally:
+            self.stats.in_flight_tokens -= tokens
+
+    def _pd_role(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Count the request's bootstrap room; a decode worker insists on the bootstrap fields,
+        a prefill worker answers one token (its real output is the KV cache it hands over)."""
+        room = body.get("bootstrap_room")
+        role = self.cfg.role
+        if role == "decode":
+            host, port = body.get("bootstrap_host"), body.get("bootstrap_port", "missing")
+            if not isinstance(host, str) or type(room) is not int:
+                raise invalid_request(
+                    "A decode worker needs bootstrap_host and bootstrap_room",
+                    param="bootstrap_room",
+                )
+            if port is not None and type(port) is not int:
+                raise invalid_request(
+                    "bootstrap_port must be an integer or null", param="bootstrap_port"
+                )
+        if room is not None:
+            key = str(room)
+            self.stats.rooms[key] = self.stats.rooms.get(key, 0) + 1
+        if role == "prefill":
+            body = {k: v for k, v in body.items() if k != "max_completion_tokens"}
+            body["max_tokens"] = 1
+        return body
+
+    async def _unary(self, plan: Plan, beh: Behaviour) -> web.Response:
+        delay = beh.first_token_ms / 1000.0
+        if beh.tokens_per_second > 0 and plan.max_tokens > 1:
+            delay += (plan.max_tokens - 1) / beh.tokens_per_second
+        if delay > 0:
+            await self.sleep(delay)
+        choices = []
+        for index, offset in enumerate(plan.offsets):
+            text = self.gen.text(offset, plan.max_tokens)
+            choice: dict[str, Any] = {"index": index}
+            if plan.chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            choice["logprobs"] = None
+            choice["finish_reason"] = plan.finish
+            choices.append(choice)
+        answer = {
+            "id": self._new_id("chatcmpl" if plan.chat else "cmpl"),
+            "object": "chat.completion" if plan.chat else "text_completion",
+            "created": int(time.time()),
+            "model": plan.model,
+            "choices": choices,
+            "usage": usage(plan),
+        }
+        self.stats.completed += 1
+        return json_response(answer)
+
+    async def _stream(self, request: web.Request, plan: Plan, beh: Behaviour) -> web.StreamResponse:
+        rid = self._new_id("chatcmpl" if plan.chat else "cmpl")
+        obj = "chat.completion.chunk" if plan.chat else "text_completion"
+        created = int(time.time())
+        prefix = CHUNK_HEAD % (rid.encode(), obj.encode(), created, orjson.dumps(plan.model))
+        heads = [prefix + b"%d," % i for i in range(len(plan.offsets))]
+        tails = self._chat_tails if plan.chat else self._text_tails
+        gap = 1.0 / beh.tokens_per_second if beh.tokens_per_second > 0 else 0.0
+        batch = 1 if gap else _BATCH_TOKENS
+        out: list[bytes] = [head + ROLE_TAIL for head in heads] if plan.chat else []
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        try:
+            if beh.first_token_ms > 0:
+                await self.sleep(beh.first_token_ms / 1000.0)
+            await resp.prepare(request)
+            total, done = plan.max_tokens, 0
+            while True:
+                count = min(batch, total - done)
+                for head, offset in zip(heads, plan.offsets, strict=True):
+                    for begin, end in spans(offset, done, count):
+                        out.append(head)
+                        out.append(head.join(tails[begin:end]))
+                done += count
+                if done >= total:
+                    break
+                await resp.write(b"".join(out))
+                out.clear()
+                await (self.sleep(gap) if gap else asyncio.sleep(0))
+            end_tail = (CHAT_END if plan.chat else TEXT_END) % plan.finish.encode()
+            out.extend(head + end_tail for head in heads)
+            if plan.include_usage:
+                last = {"id": rid, "object": obj, "created": created, "model": plan.model}
+                last |= {"choices": [], "usage": usage(plan)}
+                out.append(b"data: %s\n\n" % orjson.dumps(last))
+            out.append(DONE)
+            await resp.write(b"".join(out))
+            await resp.write_eof()
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError: the client left
+            self.stats.cancelled_streams += 1
+            return resp
+        except asyncio.CancelledError:  # handler cancelled because the client left
+            self.stats.cancelled_streams += 1
+            raise
+        self.stats.completed += 1
+        return resp
+
+    async def _embed(self, body: dict[str, Any], beh: Behaviour) -> web.Response:
+        if body.get("input") is None:
+            raise missing_field("input")
+        keys = prompt_keys(body["input"])  # the same shapes as a completions prompt
+        dims = int_field(body, "dimensions", EMBED_DIMS, 1, MAX_EMBED_DIMS)
+        fmt = body.get("encoding_format") or "float"
+        if fmt not in ("float", "base64"):
+            raise invalid_request(
+                "'encoding_format' must be float or base64", param="encoding_format"
+            )
+        self._check_failure(beh)
+        if beh.first_token_ms > 0:
+            await self.sleep(beh.first_token_ms / 1000.0)
+        data = []
+        for index, (crc, _) in enumerate(keys):
+            vec = embedding(self.cfg.seed, crc, dims)
+            value: Any = vec
+            if fmt == "base64":
+                value = base64.b64encode(struct.pack(f"<{dims}f", *vec)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": value})
+        tokens = sum(t for _, t in keys)
+        model = body.get("model")
+        self.stats.completed += 1
+        return json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": model if isinstance(model, str) else self.cfg.model,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
+    # ---- discovery and health ---------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.behaviour.healthy:
+            return web.Response(status=200)
+        return error_response(ApiError(503, "sim_unhealthy", "Simulated worker is unhealthy"))
+
+    async def models(self, request: web.Request) -> web.Response:
+        m = self.cfg.model
+        card = {"id": m, "object": "model", "created": self._created, "owned_by": "smg-sim"}
+        card |= {"root": m, "parent": None, "max_model_len": CONTEXT_LENGTH}
+        return json_response({"object": "list", "data": [card]})
+
+    async def version(self, request: web.Request) -> web.Response:
+        return json_response({"version": SIM_VERSION})
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        m = self.cfg.model
+        info = {"model_path": m, "tokenizer_path": m, "is_generation": True}
+        info |= {"preferred_sampling_params": None, "weight_version": "default"}
+        return json_response(info)
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        """Like SGLang's /get_server_info: server args plus internal states."""
+        cfg, st = self.cfg, self.stats
+        info: dict[str, Any] = {"model_path": cfg.model, "served_model_name": cfg.model}
+        info |= {"tokenizer_path": cfg.model, "host": cfg.host, "port": cfg.port}
+        info |= {"tp_size": 1, "dp_size": 1, "pp_size": 1, "context_length": CONTEXT_LENGTH}
+        info |= {"max_total_num_tokens": 1_000_000, "max_running_requests": 4096}
+        info |= {"max_req_input_len": CONTEXT_LENGTH - 1, "version": SIM_VERSION}
+        info |= {"disaggregation_mode": "null" if cfg.role == "regular" else cfg.role}
+        info["disaggregation_bootstrap_port"] = cfg.bootstrap_port
+        info["internal_states"] = [{"last_gen_throughput": 0.0, "load": st.in_flight}]
+        return json_response(info)
+
+    async def get_load(self, request: web.Request) -> web.Response:
+        """SGLang's shape: one entry per data-parallel rank."""
+        st = self.stats
+        load = {"dp_rank": 0, "num_reqs": st.in_flight, "num_waiting_reqs": 0}
+        load["num_tokens"] = st.in_flight_tokens
+        return json_response([load])
+
+    # ---- control ----------------------------------------------------------------------------
+
+    async def set_health(self, request: web.Request) -> web.Response:
+        try:
+            body = await read_object(request)
+            healthy = body.get("healthy")
+            if type(healthy) is not bool:
+                raise invalid_request("'healthy' must be a boolean", param="healthy")
+        except ApiError as err:
+            return error_response(err)
+        self.behaviour = dataclasses.replace(self.behaviour, healthy=healthy)
+        return json_response({"healthy": healthy})
+
+    async def set_config(self, request: web.Request) -> web.Response:
+        try:
+            changes = behaviour_changes(await read_object(request))
+        except ApiError as err:
+            return error_response(err)
+        self.behaviour = dataclasses.replace(self.behaviour, **changes)
+        return json_response(dataclasses.asdict(self.behaviour))
+
+    async def get_config(self, request: web.Request) -> web.Response:
+        return json_response(dataclasses.asdict(self.behaviour))
+
+    async def get_stats(self, request: web.Request) -> web.Response:
+        return json_response(dataclasses.asdict(self.stats))

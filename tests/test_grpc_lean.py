@@ -24,6 +24,8 @@ from smg.pipeline.backends.h2_client import (
     PREFACE,
     RST_STREAM,
     SETTINGS,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    WINDOW_UPDATE,
     frame,
 )
 
@@ -278,6 +280,84 @@ async def test_broken_connection_fails_the_call_after_its_messages(serve: Any, h
     with pytest.raises(CallError) as info:
         await read_all(call)
     assert info.value.code == ("UNAVAILABLE" if how == "drop" else "INTERNAL")
+    await ch.close()
+
+
+@pytest.mark.parametrize("big", [0, 200_000], ids=["small", "bigger-than-the-window"])
+async def test_a_stalled_reader_holds_the_engine_at_the_window(serve: Any, big: int) -> None:
+    """The server sends as fast as flow control lets it. While the caller does not read, it is
+    blocked with at most one window in flight; once reading resumes, everything arrives."""
+    window = 64 * 1024
+    body = [i.to_bytes(4, "big") * 250 for i in range(300)]  # 300 x 1000 bytes
+    body[150] = b"B" * big or body[150]  # a message the window cannot hold, mid-stream
+    total = sum(len(m) + 5 for m in body)
+    sent = 0
+    blocked = asyncio.Event()
+
+    async def script(peer: Peer) -> None:
+        nonlocal sent
+        sid = await peer.start()
+        settings = next(f[3] for f in peer.frames if f[0] == SETTINGS and not f[1] & FLAG_ACK)
+        pairs = {int.from_bytes(settings[i : i + 2], "big"): settings[i + 2 : i + 6]
+                 for i in range(0, len(settings), 6)}  # fmt: skip
+        stream_window = int.from_bytes(pairs[SETTINGS_INITIAL_WINDOW_SIZE], "big")
+        conn_window = 65_535 + sum(
+            int.from_bytes(f[3], "big") for f in peer.frames if f[0] == WINDOW_UPDATE
+        )
+        credit = asyncio.Event()
+
+        async def take_credit() -> None:
+            nonlocal stream_window, conn_window
+            while True:
+                kind, _, fsid, payload = await peer.next_frame()
+                if kind == WINDOW_UPDATE:
+                    if fsid == sid:
+                        stream_window += int.from_bytes(payload, "big")
+                    elif fsid == 0:
+                        conn_window += int.from_bytes(payload, "big")
+                    credit.set()
+                elif kind == GOAWAY_FRAME:
+                    return
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(take_credit())
+            peer.send(peer.headers(sid, [(":status", "200")]))
+            data = b"".join(b"\x00" + len(m).to_bytes(4, "big") + m for m in body)
+            while sent < len(data):
+                n = min(len(data) - sent, stream_window, conn_window, 16_384)
+                if n <= 0:
+                    blocked.set()
+                    credit.clear()
+                    await credit.wait()
+                    blocked.clear()
+                    continue
+                peer.send(frame(DATA, 0, sid, data[sent : sent + n]))
+                sent += n
+                stream_window -= n
+                conn_window -= n
+                await peer.writer.drain()
+            peer.send(peer.ok(sid))
+
+    ch = LeanChannel(await serve(script), stream_window_bytes=window)
+    call = await ch.start(PATH, b"req", timeout_s=20)
+
+    async def stalled() -> None:  # until the server made no progress for 0.2 s
+        last = -1
+        while sent != last:
+            last = sent
+            await asyncio.sleep(0.2)
+
+    read = await call.read_batch()
+    for _ in range(2):  # stall twice: at the start, and again after reading past the big one
+        taken = sum(len(m) + 5 for m in read)
+        await asyncio.wait_for(stalled(), 5)
+        assert blocked.is_set() and sent < total  # the engine waits for credit ...
+        assert sent - taken <= window  # ... with one window in flight or buffered
+        assert sum(len(m) + 5 for m in call._messages) <= window
+        while len(read) < 160:
+            read += await asyncio.wait_for(call.read_batch(), 5)
+    read += await asyncio.wait_for(read_all(call), 10)
+    assert read == body and sent == total
     await ch.close()
 
 

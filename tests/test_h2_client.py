@@ -224,12 +224,160 @@ def test_request_waits_for_send_window() -> None:
     assert rest[-1][1] == FLAG_END_STREAM and all(f[2] == sid for f in rest)
 
 
-def test_received_data_is_acknowledged_with_window_updates() -> None:
+def stream_updates(conn: ClientConnection, sid: int) -> list[int]:
+    """The stream-level WINDOW_UPDATE increments `conn` has to send."""
+    frames = parse_frames(conn.data_to_send())
+    return [int.from_bytes(f[3], "big") for f in frames if f[0] == WINDOW_UPDATE and f[2] == sid]
+
+
+def test_stream_credit_follows_consumption_in_batches() -> None:
     conn, sid = opened(stream_window=1000, connection_window=100_000)
     conn.receive(headers_frame(sid, [(":status", "200")]))
-    conn.receive(frame(DATA, 0, sid, grpc_message(bytes(600))))
-    updates = [f for f in parse_frames(conn.data_to_send()) if f[0] == WINDOW_UPDATE]
-    assert updates == [(WINDOW_UPDATE, 0, sid, (605).to_bytes(4, "big"))]
+    events = conn.receive(frame(DATA, 0, sid, grpc_message(bytes(295)) * 2))  # 2 x 300 bytes
+    assert [e[0] for e in events] == [MESSAGE, MESSAGE]
+    assert stream_updates(conn, sid) == []  # received, not consumed: no credit
+    conn.consumed(sid, 300)
+    assert stream_updates(conn, sid) == []  # 300 < half the window: not worth a frame yet
+    conn.consumed(sid, 300)
+    assert stream_updates(conn, sid) == [600]  # one frame for both
+    conn.consumed(sid + 2, 50)  # a stream that is not open: ignored
+    assert conn.data_to_send() == b""
+
+
+def test_a_stalled_reader_stops_the_server_at_the_window() -> None:
+    conn, sid = opened(stream_window=1000, connection_window=100_000)
+    conn.receive(headers_frame(sid, [(":status", "200")]))
+    message = grpc_message(bytes(95))
+    events = conn.receive(frame(DATA, 0, sid, message * 10))  # the whole window
+    assert len(events) == 10 and stream_updates(conn, sid) == []
+    with pytest.raises(H2ProtocolError, match="flow-control window"):
+        conn.receive(frame(DATA, 0, sid, message))  # one byte past it is the server's fault
+    conn, sid = opened(stream_window=1000, connection_window=100_000)
+    conn.receive(frame(DATA, 0, sid, message * 10))
+    conn.consumed(sid, 1000)
+    assert stream_updates(conn, sid) == [1000]
+    assert len(conn.receive(frame(DATA, 0, sid, message * 10))) == 10  # the window reopened
+
+
+def test_padding_is_credited_without_consumption() -> None:
+    conn, sid = opened(stream_window=1000, connection_window=100_000)
+    padded = b"\xf0" + grpc_message(b"x") + bytes(0xF0)  # 247 bytes, 6 of them a message
+    conn.receive(frame(DATA, FLAG_PADDED, sid, padded) * 2)
+    assert stream_updates(conn, sid) == []  # 482 bytes of padding: under half the window
+    conn.receive(frame(DATA, FLAG_PADDED, sid, padded))
+    assert stream_updates(conn, sid) == [723]  # 3 x (240 bytes of padding + its length byte)
+    conn.consumed(sid, 18)
+    assert stream_updates(conn, sid) == []
+
+
+class HonestServer:
+    """The server side of one stream that sends as fast as both flow-control windows allow."""
+
+    def __init__(self, sid: int, body: list[bytes], *, stream_window: int, conn_window: int):
+        self.sid = sid
+        self.data = b"".join(grpc_message(m) for m in body)
+        self.sent = 0
+        self.stream_window = stream_window
+        self.conn_window = conn_window
+        self.finished = False
+        self.widest = stream_window  # the largest stream window it was ever granted
+
+    def absorb(self, client_bytes: bytes) -> None:
+        for kind, _, sid, payload in parse_frames(client_bytes):
+            if kind == WINDOW_UPDATE:
+                inc = int.from_bytes(payload, "big")
+                if sid == 0:
+                    self.conn_window += inc
+                else:
+                    assert sid == self.sid
+                    self.stream_window += inc
+                    self.widest = max(self.widest, self.stream_window)
+
+    def send(self) -> bytes:
+        out = b""
+        while self.sent < len(self.data):
+            n = min(len(self.data) - self.sent, self.stream_window, self.conn_window, 16_384)
+            if n <= 0:
+                return out
+            out += frame(DATA, 0, self.sid, self.data[self.sent : self.sent + n])
+            self.sent += n
+            self.stream_window -= n
+            self.conn_window -= n
+        if not self.finished:
+            self.finished = True
+            out += headers_frame(self.sid, [("grpc-status", "0")], end=True)
+        return out
+
+
+def run_stream(
+    body: list[bytes], *, window: int, seed: int, read_chance: float
+) -> tuple[list[bytes], HonestServer, int]:
+    """Stream `body` from an honest server to a reader that consumes at random moments (and
+    surely when the server is blocked); return what it read, the server, the credit frames."""
+    rng = random.Random(seed)
+    conn, sid = opened(stream_window=window, connection_window=1 << 20)
+    server = HonestServer(sid, body, stream_window=window, conn_window=1 << 20)
+    conn.receive(headers_frame(sid, [(":status", "200")]))
+    read: list[bytes] = []
+    unread: list[bytes] = []
+    updates = 0
+    ended = False
+    while not ended:
+        data = server.send()
+        assert data or unread, "deadlock: the server is blocked and the reader has read all"
+        for kind, _, value in conn.receive(data):
+            if kind == MESSAGE:
+                unread.append(value)  # type: ignore[arg-type]
+            ended = ended or kind == END
+        stream = conn.streams.get(sid)
+        if stream is not None:  # what the gateway holds: never more than one window (+ the
+            held = sum(len(m) + 5 for m in unread) + len(stream.buf)  # message it waits for)
+            assert held <= window + max(len(m) + 5 for m in body)
+            if all(len(m) + 5 <= window // 2 for m in body):
+                assert held <= window
+        if unread and (not data or rng.random() < read_chance):
+            conn.consumed(sid, sum(len(m) + 5 for m in unread))
+            read += unread
+            unread = []
+        out = conn.data_to_send()
+        updates += sum(1 for f in parse_frames(out) if f[0] == WINDOW_UPDATE and f[2] == sid)
+        server.absorb(out)
+    return read + unread, server, updates
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_small_messages_flow_with_batched_credit(seed: int) -> None:
+    rng = random.Random(seed)
+    body = [bytes([i % 256]) * rng.randint(0, 60) for i in range(2000)]
+    read, server, updates = run_stream(body, window=1000, seed=seed, read_chance=0.3)
+    assert read == body
+    assert server.widest == 1000  # credit never ran ahead of consumption
+    assert updates <= len(server.data) // 500 + 1  # one frame per half window, not per message
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_messages_bigger_than_the_window_complete(seed: int) -> None:
+    rng = random.Random(seed)
+    sizes = [5_000, 995, 996, 499, 2_000_000, *(rng.randint(0, 3_000) for _ in range(100))]
+    body = [bytes([i % 256]) * n for i, n in enumerate(sizes)]
+    read, server, _ = run_stream(body, window=1000, seed=seed, read_chance=0.5)
+    assert read == body
+    assert server.widest <= 1000 + max(sizes) + 5  # one message's overdraft at most
+
+
+def test_an_overdraft_is_paid_back_by_the_big_message() -> None:
+    conn, sid = opened(stream_window=1000, connection_window=1 << 20)
+    big = grpc_message(bytes(4_000))
+    conn.receive(frame(DATA, 0, sid, big[:1000]))  # the window is spent, the message unfinished
+    [grant] = stream_updates(conn, sid)
+    assert grant == len(big) - 1000  # admit exactly the rest of it, in one frame
+    [(_, _, payload)] = conn.receive(frame(DATA, 0, sid, big[1000:]))
+    assert len(payload) == 4_000 and stream_updates(conn, sid) == []
+    conn.consumed(sid, len(big))  # repays the overdraft: the window is back to 1000
+    assert stream_updates(conn, sid) == [1000]
+    conn.receive(frame(DATA, 0, sid, grpc_message(bytes(995))))
+    with pytest.raises(H2ProtocolError):
+        conn.receive(frame(DATA, 0, sid, b"\x00"))
 
 
 def test_ping_is_answered_and_our_ping_acknowledged() -> None:

@@ -6,6 +6,15 @@ server-streaming calls), reassembles the length-prefixed gRPC messages of each s
 answers the connection-level duties itself (SETTINGS and their ACK, PING ACK, flow control in
 both directions, GOAWAY). No server push, no priorities, no compression.
 
+Receive flow control is credit on consumption at the stream level: a stream's window is refilled
+only for message bytes the caller reports taken (`consumed`), so a caller that stops reading stops
+the server after one window, and the engine feels the back-pressure. Credit is batched (one
+WINDOW_UPDATE once half the window is consumed, as grpc-go and h2 do), except that the message
+the caller waits for is always admitted whole, however much bigger than the window it is (an
+overdraft, paid back when that message is consumed); otherwise a message larger than the window,
+or one that the unsent half of a batch holds back, would deadlock the call. The connection window
+is refilled on receipt instead (also batched): see `ClientConnection`.
+
 Events are plain tuples, built per gRPC message on the hot path:
     (MESSAGE, stream_id, payload)     one whole gRPC message (without its 5-byte prefix)
     (HEADERS, stream_id, headers)     the response headers
@@ -73,19 +82,32 @@ def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
 @dataclass(slots=True)
 class _Stream:
     send_window: int
+    recv_window: int  # what the server may still send on this stream
     pending: bytes = b""  # request bytes (gRPC-framed) not sent yet for lack of window
     buf: bytearray = field(default_factory=bytearray)  # a gRPC message still incomplete
-    unacked: int = 0  # DATA bytes received since our last WINDOW_UPDATE for this stream
+    unread: int = 0  # bytes of messages handed out as events, not yet `consumed`
+    consumed: int = 0  # consumed (or padding) bytes not yet credited back: the batch
+    overdraft: int = 0  # credit granted beyond the window to admit one big message
     got_headers: bool = False
+    # invariant: recv_window + len(buf) + unread + consumed == stream window + overdraft
 
 
 class ClientConnection:
-    """One HTTP/2 connection, client side, as a state machine."""
+    """One HTTP/2 connection, client side, as a state machine.
+
+    `stream_window` bounds what one stream's server may send ahead of the caller's reading (plus,
+    transiently, the one message the caller waits for). The connection window is credited as DATA
+    arrives, not as it is consumed: with consumption credit there, a few stalled streams would
+    spend the window shared by every other call on the connection (head-of-line blocking of
+    healthy requests behind a stalled HTTP client), which is why grpc-go does the same. Memory
+    stays bounded all the same: by the stream window times the open streams (themselves bounded
+    by what the gateway admits), which the per-stream credit enforces.
+    """
 
     def __init__(
         self,
         *,
-        stream_window: int = 4 * 1024 * 1024,
+        stream_window: int = 256 * 1024,
         connection_window: int = 16 * 1024 * 1024,
         max_message_bytes: int = 256 * 1024 * 1024,
     ) -> None:
@@ -100,6 +122,7 @@ class ClientConnection:
         self.peer_initial_window = DEFAULT_WINDOW
         self.peer_max_frame = DEFAULT_MAX_FRAME
         self.send_window = DEFAULT_WINDOW  # the connection's, for our DATA
+        self.recv_window = max(connection_window, DEFAULT_WINDOW)  # the server's, for its DATA
         self._unacked = 0  # DATA bytes received since our last connection WINDOW_UPDATE
         self._in = bytearray()
         self._out: list[bytes] = []
@@ -132,7 +155,7 @@ class ClientConnection:
         self.next_stream_id += 2
         if self.next_stream_id > MAX_STREAM_ID:
             self.goaway = True  # ids spent: no new streams; the shell retires us when idle
-        stream = _Stream(send_window=self.peer_initial_window)
+        stream = _Stream(send_window=self.peer_initial_window, recv_window=self.stream_window)
         self.streams[sid] = stream
         self._send_headers(sid, header_block)
         stream.pending = b"\x00" + len(message).to_bytes(4, "big") + message
@@ -143,6 +166,19 @@ class ClientConnection:
         """RST_STREAM(CANCEL) for a stream we no longer want; later frames for it are dropped."""
         if self.streams.pop(stream_id, None) is not None:
             self._out.append(frame(RST_STREAM, 0, stream_id, ERROR_CANCEL.to_bytes(4, "big")))
+
+    def consumed(self, stream_id: int, nbytes: int) -> None:
+        """The caller took `nbytes` of `stream_id`'s messages out (each message's payload plus
+        its 5-byte prefix): the server may send that much more, once enough is due to be worth a
+        WINDOW_UPDATE. A stream that ended is ignored."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        stream.unread -= nbytes
+        repaid = min(nbytes, stream.overdraft)
+        stream.overdraft -= repaid
+        stream.consumed += nbytes - repaid
+        self._credit(stream_id, stream)
 
     def ping(self, payload: bytes) -> None:
         self._out.append(frame(PING, 0, 0, payload))
@@ -235,9 +271,13 @@ class ClientConnection:
         if sid == 0:
             raise H2ProtocolError("DATA on stream 0")
         size = len(payload)
+        self.recv_window -= size
+        if self.recv_window < 0:
+            raise H2ProtocolError("DATA beyond the connection's flow-control window")
         self._unacked += size
         if self._unacked >= self.connection_window // 2:
             self._out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
+            self.recv_window += self._unacked
             self._unacked = 0
         if flags & FLAG_PADDED:
             if not payload or payload[0] >= size:
@@ -246,6 +286,10 @@ class ClientConnection:
         stream = self.streams.get(sid)
         if stream is None:
             return  # a stream we cancelled: its bytes still counted for the connection
+        stream.recv_window -= size
+        if stream.recv_window < 0:
+            raise H2ProtocolError(f"DATA beyond stream {sid}'s flow-control window")
+        stream.consumed += size - len(payload)  # padding: nothing for the caller to take
         buf = stream.buf
         if buf:
             buf += payload
@@ -263,6 +307,7 @@ class ClientConnection:
                 break
             events.append((MESSAGE, sid, bytes(data[pos + 5 : pos + 5 + n])))
             pos += 5 + n
+        stream.unread += pos
         if pos < end:
             stream.buf = bytearray(data[pos:])
         elif buf:
@@ -271,10 +316,25 @@ class ClientConnection:
             del self.streams[sid]
             events.append((END, sid, []))  # no trailers: the caller decides what that means
             return
-        stream.unacked += size
-        if stream.unacked >= self.stream_window // 2:
-            self._out.append(frame(WINDOW_UPDATE, 0, sid, stream.unacked.to_bytes(4, "big")))
-            stream.unacked = 0
+        self._credit(sid, stream)
+
+    def _credit(self, sid: int, stream: _Stream) -> None:
+        """Send the batch of consumed bytes once it is half the window; and whatever it takes,
+        beyond the window if need be, to admit the message the caller waits for (it has read
+        everything else, so nothing else would ever refill the window)."""
+        due = stream.consumed
+        grant = due if due >= self.stream_window // 2 else 0
+        if not stream.unread:
+            buf = stream.buf
+            missing = (5 + int.from_bytes(buf[1:5], "big") if len(buf) >= 5 else 5) - len(buf)
+            short = missing - stream.recv_window
+            if short > grant:
+                grant = max(short, due)
+        if grant:
+            stream.overdraft += grant - due
+            stream.consumed = 0
+            stream.recv_window += grant
+            self._out.append(frame(WINDOW_UPDATE, 0, sid, grant.to_bytes(4, "big")))
 
     def _on_control(
         self, kind: int, sid: int, flags: int, payload: bytes, events: list[Event]

@@ -13,7 +13,7 @@ import pytest
 
 from smg.pipeline.backends import hpack
 from smg.pipeline.backends.grpc_lean import CallError, LeanChannel
-from smg.pipeline.backends.h2_client import (
+from smg.pipeline.backends.h2_frames import (
     DATA,
     FLAG_ACK,
     FLAG_END_HEADERS,

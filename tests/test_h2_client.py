@@ -12,31 +12,33 @@ import pytest
 
 from smg.pipeline.backends import hpack
 from smg.pipeline.backends.h2_client import (
+    END,
+    GOAWAY,
+    HEADERS,
+    MESSAGE,
+    PING_ACK,
+    RESET,
+    ClientConnection,
+    Event,
+    H2ProtocolError,
+)
+from smg.pipeline.backends.h2_frames import (
     CONTINUATION,
     DATA,
-    END,
     FLAG_ACK,
     FLAG_END_HEADERS,
     FLAG_END_STREAM,
     FLAG_PADDED,
-    GOAWAY,
     GOAWAY_FRAME,
-    HEADERS,
     HEADERS_FRAME,
-    MESSAGE,
     PING,
-    PING_ACK,
     PREFACE,
     PUSH_PROMISE,
-    RESET,
     RST_STREAM,
     SETTINGS,
     SETTINGS_INITIAL_WINDOW_SIZE,
     SETTINGS_MAX_CONCURRENT_STREAMS,
     WINDOW_UPDATE,
-    ClientConnection,
-    Event,
-    H2ProtocolError,
     frame,
 )
 

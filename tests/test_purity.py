@@ -21,6 +21,7 @@ PURE = [
     ROOT / "pipeline" / "backends" / "grpc_requests.py",
     ROOT / "pipeline" / "backends" / "grpc_replies.py",
     ROOT / "pipeline" / "backends" / "h2_client.py",
+    ROOT / "pipeline" / "backends" / "h2_frames.py",
     ROOT / "pipeline" / "backends" / "hpack.py",
     *sorted((ROOT / "mesh").glob("*.py")),
     ROOT / "sim" / "engine_core.py",

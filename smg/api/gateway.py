@@ -12,7 +12,6 @@ import asyncio
 import gc
 import os
 import random
-import socket
 from typing import Any
 
 import aiohttp
@@ -33,6 +32,7 @@ from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
 from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
 from smg.api.admission import Admission
+from smg.api.listeners import bound_port, start_metrics
 from smg.api.mesh_setup import GatewayMesh
 from smg.api.middleware import edge_middleware
 from smg.api.native_routes import NativeRoutes
@@ -311,8 +311,11 @@ class Gateway:
             web_runner, cfg.server.host, cfg.server.port, reuse_address=True, backlog=_BACKLOG
         )
         await site.start()
-        self.bound_port = _bound_port(site)
-        metrics_runner = await self._start_metrics()
+        self.bound_port = bound_port(site)
+        metrics = await start_metrics(cfg.observability, cfg.server.host, self.metrics.render)
+        metrics_runner = None
+        if metrics is not None:
+            metrics_runner, self.bound_metrics_port = metrics
         log.info(
             "gateway_listening",
             host=cfg.server.host,
@@ -345,26 +348,6 @@ class Gateway:
             n = self.inflight.cancel_all("shutdown grace period over")
             log.warning("gateway_drain_timeout", cancelled=n)
             await asyncio.sleep(0)
-
-    async def _start_metrics(self) -> web.AppRunner | None:
-        obs = self.cfg.observability
-        if obs.prometheus_port <= 0:
-            return None
-        host = obs.prometheus_host or ("::" if ":" in self.cfg.server.host else "0.0.0.0")
-
-        async def metrics(_: web.Request) -> web.Response:
-            return web.Response(
-                body=self.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"}
-            )
-
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        r = web.AppRunner(app, access_log=None)
-        await r.setup()
-        site = web.TCPSite(r, host, obs.prometheus_port, reuse_address=True)
-        await site.start()
-        self.bound_metrics_port = _bound_port(site)
-        return r
 
     async def _ensure_tokenizer(self, model: str, client: EngineClient) -> Tokenizer:
         tok = self.tokenizers.value.get(model)
@@ -415,13 +398,3 @@ def startup_workers(cfg: GatewayConfig) -> list[AddWorker]:
             out.append(AddWorker(url, api_key=key, worker_type=pd.PREFILL, bootstrap_port=port))
         out += [AddWorker(url, api_key=key, worker_type=pd.DECODE) for url in cfg.pd.decode]
     return out
-
-
-def _bound_port(site: web.TCPSite) -> int | None:
-    server = site._server
-    if server is None:
-        return None
-    for sock in getattr(server, "sockets", ()):
-        if sock.family in (socket.AF_INET, socket.AF_INET6):
-            return int(sock.getsockname()[1])
-    return None

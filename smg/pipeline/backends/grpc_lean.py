@@ -32,8 +32,6 @@ import structlog
 from smg.pipeline.backends import hpack
 from smg.pipeline.backends.h2_client import (
     END,
-    ERROR_CANCEL,
-    ERROR_REFUSED_STREAM,
     GOAWAY,
     HEADERS,
     MESSAGE,
@@ -42,6 +40,10 @@ from smg.pipeline.backends.h2_client import (
     ClientConnection,
     Event,
     H2ProtocolError,
+)
+from smg.pipeline.backends.h2_frames import (
+    ERROR_CANCEL,
+    ERROR_REFUSED_STREAM,
 )
 
 log = structlog.get_logger("smg.grpc")

@@ -31,34 +31,36 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from smg.pipeline.backends import hpack
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-DATA, HEADERS_FRAME, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE = 0, 1, 2, 3, 4, 5
-PING, GOAWAY_FRAME, WINDOW_UPDATE, CONTINUATION = 6, 7, 8, 9
-FLAG_END_STREAM = 0x1
-FLAG_ACK = 0x1
-FLAG_END_HEADERS = 0x4
-FLAG_PADDED = 0x8
-FLAG_PRIORITY = 0x20
-
-SETTINGS_HEADER_TABLE_SIZE = 1
-SETTINGS_ENABLE_PUSH = 2
-SETTINGS_MAX_CONCURRENT_STREAMS = 3
-SETTINGS_INITIAL_WINDOW_SIZE = 4
-SETTINGS_MAX_FRAME_SIZE = 5
-
-ERROR_NO_ERROR = 0
-ERROR_PROTOCOL = 1
-ERROR_CANCEL = 8
-ERROR_REFUSED_STREAM = 7
+from smg.pipeline.backends.h2_frames import (
+    CONTINUATION,
+    DATA,
+    DEFAULT_MAX_FRAME,
+    DEFAULT_WINDOW,
+    ERROR_CANCEL,
+    ERROR_NO_ERROR,
+    FLAG_ACK,
+    FLAG_END_HEADERS,
+    FLAG_END_STREAM,
+    FLAG_PADDED,
+    FLAG_PRIORITY,
+    GOAWAY_FRAME,
+    HEADERS_FRAME,
+    MAX_STREAM_ID,
+    MAX_WINDOW,
+    PING,
+    PREFACE,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_ENABLE_PUSH,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    SETTINGS_MAX_FRAME_SIZE,
+    WINDOW_UPDATE,
+    frame,
+)
 
 MESSAGE, HEADERS, END, RESET, GOAWAY, PING_ACK = range(6)
-
-MAX_WINDOW = 2**31 - 1
-DEFAULT_WINDOW = 65_535
-DEFAULT_MAX_FRAME = 16_384  # what we accept: we never raise SETTINGS_MAX_FRAME_SIZE
-MAX_STREAM_ID = 2**31 - 1
 
 Event = tuple[int, int, object]
 
@@ -68,15 +70,6 @@ class H2ProtocolError(Exception):
     what the same `receive` call parsed before the error (deliver it, then fail)."""
 
     events: list[Event] = []  # set per instance by `receive`
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    return (
-        len(payload).to_bytes(3, "big")
-        + bytes((kind, flags))
-        + stream_id.to_bytes(4, "big")
-        + payload
-    )
 
 
 @dataclass(slots=True)

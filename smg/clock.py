@@ -41,7 +41,33 @@ class LoopClock:
         await asyncio.sleep(seconds)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
-        return asyncio.get_running_loop().call_later(delay, callback)
+        """Run `callback` once `now()` has reached now + delay. uvloop's timers run on a cached
+        millisecond clock and may fire a hair early; a callback that then compared `now()` with
+        its deadline would see it not yet due (a circuit breaker stayed open that way)."""
+        return _NotBefore(time.monotonic() + max(0.0, delay), callback)
+
+
+class _NotBefore:
+    """A loop timer that re-arms itself if the loop wakes it before its deadline."""
+
+    __slots__ = ("_callback", "_deadline", "_handle")
+
+    def __init__(self, deadline: float, callback: Callable[[], None]) -> None:
+        self._deadline = deadline
+        self._callback = callback
+        self._handle = asyncio.get_running_loop().call_later(
+            deadline - time.monotonic(), self._fire
+        )
+
+    def _fire(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left > 0:
+            self._handle = asyncio.get_running_loop().call_later(left, self._fire)
+            return
+        self._callback()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 class _FakeTimer:

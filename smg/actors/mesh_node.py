@@ -86,9 +86,6 @@ class MeshView:
     def live_nodes(self) -> int:
         return max(1, sum(1 for m in self.members if m.state in ("alive", "suspect")))
 
-    def live_addrs(self) -> list[str]:
-        return [m.addr for m in self.members if m.state in ("alive", "suspect")]
-
 
 class MeshNode(Actor):
     def __init__(

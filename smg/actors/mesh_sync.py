@@ -63,14 +63,12 @@ class MeshSyncActor(Actor):
         hlc: HybridClock,
         registry: ActorRef,
         registry_cell: SnapshotCell[RegistrySnapshot],
-        on_local_write: Any = None,
     ) -> None:
         super().__init__()
         self.directory = directory
         self.hlc = hlc
         self.registry = registry
         self.registry_cell = registry_cell
-        self.on_local_write = on_local_write
         self.imported: set[str] = set()
 
     async def on_start(self) -> None:
@@ -84,8 +82,6 @@ class MeshSyncActor(Actor):
                 else:
                     self.directory.publish_add(url, spec, self.hlc.now())
                 self.imported.discard(url)
-                if self.on_local_write is not None:
-                    self.on_local_write()
             case DirectoryChanged():
                 await self._reconcile()
             case _:

@@ -29,8 +29,7 @@ from smg.api.mesh_routes import MeshCollector, MeshRoutes
 from smg.api.rate_limiting import rate_limit_middleware
 from smg.clock import Clock
 from smg.config import GatewayConfig, MeshNodeConfig
-from smg.mesh.cache_summary import PREFIX as SUMMARY_PREFIX
-from smg.mesh.cache_summary import CacheSummaries, bound
+from smg.mesh.cache_summary import CacheSummaries
 from smg.mesh.config import MeshConfig
 from smg.mesh.rate_limit import ClusterRateLimiter
 from smg.mesh.replica import Replica
@@ -78,10 +77,6 @@ def boot_epoch(wall: Callable[[], float]) -> int:
     return int(wall() * 1000)
 
 
-def swim_profile(name: str) -> MeshConfig:
-    return MeshConfig.profile(name)
-
-
 class GatewayMesh:
     def __init__(
         self,
@@ -110,7 +105,7 @@ class GatewayMesh:
         self._next_cache_publish_s = 0.0
         # summaries are hints: refreshed a few times per push-pull period (5 s on the LAN profile)
         self.cache_publish_interval_s = max(
-            1.0, swim_profile(cfg.mesh.mesh_profile).push_pull_interval_s / 6
+            1.0, MeshConfig.profile(cfg.mesh.mesh_profile).push_pull_interval_s / 6
         )
         self._seeded: dict[str, bytes] = {}  # summary key -> the bytes we last seeded from
         self._next_compact_check_s = 0.0
@@ -196,7 +191,7 @@ class GatewayMesh:
             bind_port=mc.mesh_port,
             advertise_addr=f"{self.advertise}:{mc.mesh_port}",
             seeds=self._seeds(),
-            swim_cfg=swim_profile(mc.mesh_profile),
+            swim_cfg=MeshConfig.profile(mc.mesh_profile),
             replicas=self.replicas,
             key=mc.cluster_key.encode() if mc.cluster_key else None,
             rng=random.Random(self.rng.random()),
@@ -277,27 +272,14 @@ class GatewayMesh:
                 )
 
     def _seed_from_summaries(self) -> None:
-        """Seed our tree from the summaries of other nodes that changed since we last looked
-        (compared as bytes: decoding every summary on every update would stall the loop)."""
         state = self.cache_state
         if state is None:
             return
         by_url = {w.url: w for w in self._workers() if w.model_id is not None}
-        replica = self.replicas[CACHE]
-        raw_items = replica.raw_items()
-        for key, raw in raw_items.items():
-            owner, _, sub = key.partition("/")
-            if owner == self.node_id or not sub.startswith(SUMMARY_PREFIX):
-                continue
-            w = by_url.get(sub[len(SUMMARY_PREFIX) :])
-            if w is None or w.model_id is None or self._seeded.get(key) == raw:
-                continue
-            self._seeded[key] = raw
-            prefixes = replica.get(key)
-            if isinstance(prefixes, list):
-                state.seed(w.model_id, w.worker_id, bound(prefixes), self.clock.now())
-        for key in self._seeded.keys() - raw_items.keys():
-            del self._seeded[key]
+        for url, prefixes in self.summaries.changed(self._seeded):
+            w = by_url.get(url)
+            if w is not None and w.model_id is not None:
+                state.seed(w.model_id, w.worker_id, prefixes, self.clock.now())
 
     # --- announcements from this node's API and command line ------------------------------------
     def announce_add(self, msg: AddWorker, snap: WorkerSnapshot) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from smg.mesh.replica import Replica, owner_of
+from smg.mesh.replica import Replica
 
 PREFIX = "c/"
 MAX_PREFIXES = 64
@@ -59,9 +59,6 @@ class CacheSummaries:
         else:
             self.replica.delete(PREFIX + url)
 
-    def retract(self, url: str) -> None:
-        self.replica.delete(PREFIX + url)
-
     def imported(self, exclude_owner: str | None = None) -> dict[str, list[Prefix]]:
         """url -> prefixes published by other nodes (merged, deduplicated, bounded)."""
         exclude = self.node_id if exclude_owner is None else exclude_owner
@@ -74,6 +71,19 @@ class CacheSummaries:
             merged.setdefault(url, []).extend(v for v in value if isinstance(v, str | list))
         return {url: bound(ps) for url, ps in merged.items()}
 
-    def owners_of(self, url: str) -> set[str]:
-        key = PREFIX + url
-        return {owner_of(k) for k in self.replica.items() if k.partition("/")[2] == key}
+    def changed(self, seen: dict[str, bytes]) -> list[tuple[str, list[Prefix]]]:
+        """(url, prefixes) of the other nodes' summaries whose bytes differ from `seen` (which
+        is updated in place): a cheap byte comparison instead of decoding every summary."""
+        out: list[tuple[str, list[Prefix]]] = []
+        raw_items = self.replica.raw_items()
+        for key, raw in raw_items.items():
+            owner, _, sub = key.partition("/")
+            if owner == self.node_id or not sub.startswith(PREFIX) or seen.get(key) == raw:
+                continue
+            seen[key] = raw
+            value = self.replica.get(key)
+            if isinstance(value, list):
+                out.append((sub[len(PREFIX) :], bound(value)))
+        for key in seen.keys() - raw_items.keys():
+            del seen[key]
+        return out

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from smg.pipeline.backends import hpack
-from smg.pipeline.backends.grpc_lean import CallError, LeanChannel
+from smg.pipeline.backends.grpc_errors import CallError
+from smg.pipeline.backends.grpc_lean import LeanChannel
 from smg.pipeline.backends.h2_frames import (
     DATA,
     FLAG_ACK,

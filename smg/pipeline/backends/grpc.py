@@ -50,13 +50,14 @@ from smg.pipeline.backends.grpc_errors import (
     DATA_CHANNEL_OPTIONS,
     MAX_MESSAGE_BYTES,
     PROBE_CHANNEL_OPTIONS,
+    CallError,
     EngineError,
     classify,
     classify_code,
     describe,
     grpc_target,
 )
-from smg.pipeline.backends.grpc_lean import CallError, LeanChannel
+from smg.pipeline.backends.grpc_lean import LeanChannel
 from smg.pipeline.backends.grpc_replies import ResponseNormaliser, loads_from, model_info_from
 from smg.pipeline.backends.grpc_requests import build_aborts, build_generate
 from smg.pipeline.backends.http import UpstreamError

@@ -7,6 +7,8 @@ request (`EngineError`, with the gRPC status and the HTTP status the runner answ
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 import grpc
 
 from smg.pipeline.backends.http import UpstreamError
@@ -79,3 +81,35 @@ def classify_code(code: str, details: str, url: str, timeout_s: float | None) ->
         within = f" in {timeout_s:g} s" if timeout_s else ""
         return UpstreamError("timeout", f"{url}: no answer{within}")
     return EngineError(code, details)
+
+
+STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
+class CallError(Exception):
+    """A call ended without OK: `code` is the gRPC status name (e.g. "UNAVAILABLE")."""
+
+    def __init__(self, code: str, details: str) -> None:
+        super().__init__(f"{code}: {details}")
+        self.code = code
+        self.details = details
+
+
+def status_of(headers: list[tuple[str, str]]) -> tuple[str, str]:
+    """The gRPC status name and message of a response's trailers (or trailers-only headers)."""
+    code: str | None = None
+    message = ""
+    for name, value in headers:
+        if name == "grpc-status":
+            code = STATUS_NAMES.get(int(value), "UNKNOWN") if value.isdigit() else "UNKNOWN"
+        elif name == "grpc-message":
+            message = unquote(value)
+    if code is None:
+        return "INTERNAL", "the stream ended without a grpc-status"
+    return code, message
+
+
+def grpc_timeout(timeout_s: float) -> str:
+    """The `grpc-timeout` header value for a deadline `timeout_s` from now."""
+    ms = max(1, int(timeout_s * 1000))
+    return f"{ms}m" if ms < 100_000_000 else f"{min(int(timeout_s), 99_999_999)}S"

@@ -24,12 +24,11 @@ from __future__ import annotations
 import asyncio
 import os
 from typing import cast
-from urllib.parse import unquote
 
-import grpc
 import structlog
 
 from smg.pipeline.backends import hpack
+from smg.pipeline.backends.grpc_errors import CallError, grpc_timeout, status_of
 from smg.pipeline.backends.h2_client import (
     END,
     GOAWAY,
@@ -47,17 +46,6 @@ from smg.pipeline.backends.h2_frames import (
 )
 
 log = structlog.get_logger("smg.grpc")
-
-STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
-
-
-class CallError(Exception):
-    """A call ended without OK: `code` is the gRPC status name (e.g. "UNAVAILABLE")."""
-
-    def __init__(self, code: str, details: str) -> None:
-        super().__init__(f"{code}: {details}")
-        self.code = code
-        self.details = details
 
 
 class LeanCall:
@@ -143,19 +131,6 @@ class LeanCall:
             self._end("DEADLINE_EXCEEDED", "deadline exceeded")
 
 
-def _status_of(headers: list[tuple[str, str]]) -> tuple[str, str]:
-    code: str | None = None
-    message = ""
-    for name, value in headers:
-        if name == "grpc-status":
-            code = STATUS_NAMES.get(int(value), "UNKNOWN") if value.isdigit() else "UNKNOWN"
-        elif name == "grpc-message":
-            message = unquote(value)
-    if code is None:
-        return "INTERNAL", "the stream ended without a grpc-status"
-    return code, message
-
-
 class _Connection(asyncio.Protocol):
     def __init__(self, channel: LeanChannel) -> None:
         self.channel = channel
@@ -222,7 +197,7 @@ class _Connection(asyncio.Protocol):
             elif kind == END:
                 call = calls.pop(sid, None)
                 if call is not None:
-                    call._end(*_status_of(value))  # type: ignore[arg-type]
+                    call._end(*status_of(value))  # type: ignore[arg-type]
             elif kind == HEADERS:
                 self._on_headers(sid, value)  # type: ignore[arg-type]
             elif kind == RESET:
@@ -315,11 +290,6 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
-def _timeout_header(timeout_s: float) -> str:
-    ms = max(1, int(timeout_s * 1000))
-    return f"{ms}m" if ms < 100_000_000 else f"{min(int(timeout_s), 99_999_999)}S"
-
-
 class LeanChannel:
     """Server-streaming calls to one engine (`host:port`) over lean HTTP/2 connections."""
 
@@ -375,7 +345,7 @@ class LeanChannel:
         call = LeanCall()
         if timeout_s is not None:
             left = max(0.001, timeout_s - (loop.time() - started))
-            block += hpack.encode((("grpc-timeout", _timeout_header(left)),))
+            block += hpack.encode((("grpc-timeout", grpc_timeout(left)),))
             call._timer = loop.call_later(left, call._deadline)
         conn.open_call(block, message, call)
         return call

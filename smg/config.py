@@ -272,6 +272,34 @@ class MeshNodeConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """Who may call the gateway: data-plane keys, control-plane keys and roles, OIDC/JWT."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS on the gateway's listener and mutual TLS to workers."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """Bounds on what clients can hold: connections, header/body/idle/write timeouts, buffered
+    request bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    """What the gateway sends to workers and accepts back: credentials, allowed addresses,
+    response bounds."""
+
+    worker_api_key: str | None = knob(
+        None,
+        "Bearer key the gateway sends to workers that have no api_key of their own "
+        "(never the clients' keys).",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
@@ -285,6 +313,10 @@ class GatewayConfig:
     observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     mesh: MeshNodeConfig = field(default_factory=MeshNodeConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
 
 
 @dataclass(frozen=True, slots=True)

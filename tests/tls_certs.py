@@ -14,6 +14,9 @@ from pathlib import Path
 
 import trustme
 
+from smg.config import TlsConfig
+from smg.tls import H2, ServerTls, WorkerTls
+
 
 @dataclass(frozen=True)
 class Pair:
@@ -39,6 +42,22 @@ class Pki:
         if present_cert:
             ctx.load_cert_chain(self.client.cert, self.client.key)
         return ctx
+
+    def h2_server(self, alpn: tuple[str, ...] = H2) -> ssl.SSLContext:
+        """A gRPC server's context holding `server` (ALPN h2 unless told otherwise)."""
+        tls = ServerTls.load(str(self.server.cert), str(self.server.key), alpn=alpn)
+        assert tls is not None
+        return tls.context
+
+    def worker_tls(self, *, ca: Path | None = None, cert: bool = True) -> WorkerTls:
+        """The gateway's side: trusting `ca` (default: the test CA), presenting `client`."""
+        return WorkerTls.load(
+            TlsConfig(
+                ca_cert_paths=(str(ca or self.ca_path),),
+                client_cert_path=str(self.client.cert) if cert else None,
+                client_key_path=str(self.client.key) if cert else None,
+            )
+        )
 
 
 def _write(cert: trustme.LeafCert, folder: Path, name: str) -> Pair:

@@ -125,9 +125,9 @@ async def _stats_http(engine: SimEngine, host: str, port: int) -> Any:
 
 async def serve(cfg: GrpcSimConfig, stop: asyncio.Event) -> None:
     """Run the engine until `stop` is set; prints one ready line."""
+    tls = ServerTls.load(cfg.tls_cert_path, cfg.tls_key_path, cfg.tls_client_ca_path, alpn=H2)
     directory = cfg.tokenizer_dir or qwen3_tokenizer_dir()
     vocab = await asyncio.to_thread(load_vocab, directory)
-    tls = ServerTls.load(cfg.tls_cert_path, cfg.tls_key_path, cfg.tls_client_ca_path, alpn=H2)
     engine = SimEngine(cfg, vocab)
     server, health, port = await start_server(engine, cfg.host, cfg.port, tls)
     runner = await _stats_http(engine, cfg.host, cfg.stats_port) if cfg.stats_port else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trustme
 
@@ -42,6 +43,14 @@ class Pki:
         if present_cert:
             ctx.load_cert_chain(self.client.cert, self.client.key)
         return ctx
+
+    def gateway_flags(self, *, ca: Path | None = None, cert: bool = True) -> dict[str, Any]:
+        """`smg launch` options towards TLS workers: trust `ca` (default: the test CA), present
+        `client` (unless `cert` is False)."""
+        flags: dict[str, Any] = {"ca_cert_paths": [ca or self.ca_path]}
+        if cert:
+            flags |= {"client_cert_path": self.client.cert, "client_key_path": self.client.key}
+        return flags
 
     def h2_server(self, alpn: tuple[str, ...] = H2) -> ssl.SSLContext:
         """A gRPC server's context holding `server` (ALPN h2 unless told otherwise)."""

@@ -70,11 +70,15 @@ def test_an_engine_that_fails_tls_is_unhealthy_never_a_500(
     if case == "plaintext_url":
         urls = [u.replace("grpcs://", "grpc://") for u in urls]
     before = [e.stats()["requests"] for e in engines]
-    gw = launch.gateway(urls, ready=0, **flags)
+    gw = launch.gateway([], ready=0, **flags)
+    for url in urls:
+        added = gw.request("POST", "/workers", {"url": url, "model_id": "tls-model"})
+        assert added.status == 202, added
     time.sleep(2.5)  # a few health checks (one a second), all failing
+    assert len(gw.workers()) == 2
     assert all(w["status"] != "ready" for w in gw.workers()), gw.workers()
     r = gw.request("POST", "/v1/chat/completions", {"model": "tls-model", "messages": MESSAGES})
-    assert_openai_error(r, 404, "model_not_found")  # never learned from an engine it can't reach
+    assert_openai_error(r, 503, "no_available_workers")
     assert gw.request("GET", "/readiness").status == 503
     assert gw.request("GET", "/liveness").status == 200 and gw.proc.alive
     assert [e.stats()["requests"] for e in engines] == before

@@ -5,9 +5,9 @@ certificate signed by the test CA (certificates made at test time with trustme).
 With the right CA and client certificate the worker is probed, its model discovered and the
 `openai` SDK is served through it (plain, streamed, completions). Without the client certificate,
 trusting another CA, facing a certificate for another host name, or with an http:// URL, the
-worker never becomes ready (its model is never learned: requests get 404 `model_not_found`,
-readiness 503, never a 500) and the gateway keeps running; a worker whose certificate stops
-verifying while it is marked ready costs a 502 `upstream_connection_error`.
+worker never becomes ready (requests for its model get 503 `no_available_workers`, readiness 503,
+never a 500) and the gateway keeps running; a worker whose certificate stops verifying while it is
+marked ready costs a 502 `upstream_connection_error`.
 """
 
 from __future__ import annotations
@@ -74,13 +74,14 @@ def test_a_worker_that_fails_tls_is_unhealthy_never_a_500(
         ca=pki.other_ca_path if case == "wrong_ca" else None, cert=case != "no_client_cert"
     )
     url = sim.url.replace("https://", "http://") if case == "plaintext_url" else sim.url
-    gw = launch.gateway([url], ready=0, **flags)
+    gw = launch.gateway([], ready=0, **flags)
+    added = gw.request("POST", "/workers", {"url": url, "model_id": "sim-model"})
+    assert added.status == 202, added
     time.sleep(2.5)  # a few health checks (one a second), all failing
     worker = gw.workers()[0]
-    assert worker["status"] != "ready" and worker["model_id"] is None, worker
-    # the model was never learned from this worker, so it is unknown: 404, in the API's shape
+    assert worker["status"] != "ready", worker
     r = gw.request("POST", "/v1/chat/completions", {"model": "sim-model", "messages": MESSAGES})
-    assert_openai_error(r, 404, "model_not_found")
+    assert_openai_error(r, 503, "no_available_workers")
     assert gw.request("GET", "/readiness").status == 503
     assert gw.request("GET", "/liveness").status == 200 and gw.proc.alive
     assert sim.stats()["requests"] == 0  # nothing reached the worker

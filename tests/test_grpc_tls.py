@@ -1,16 +1,17 @@
 """gRPC over TLS (`grpcs://`): the lean HTTP/2 client and grpc.aio, in-process.
 
 Against the simulated engine serving TLS with client certificates required (both runtimes): every
-RPC the gateway makes (runtime detection, health, model info, loads, the tokenizer download,
-Generate on the lean path and on grpc.aio) works with the right CA and client certificate; a wrong
-CA, a missing client certificate, a certificate for another host, or a plaintext `grpc://` URL
-fail as connection failures (`UpstreamError("connect")`, health False), never anything else.
-The lean client's own TLS connections (a reconnect after GOAWAY keeps TLS, a server without ALPN
-h2 is refused) are tested in test_grpc_lean.py.
+RPC the gateway makes (runtime detection, health, model info, loads, the tokenizer download, KV
+events, Generate on the lean path and on grpc.aio) works with the right CA and client
+certificate; a wrong CA, a missing client certificate, a certificate for another host, or a
+plaintext `grpc://` URL fail as connection failures (`UpstreamError("connect")`, health False),
+never anything else. The lean client's own TLS connections (a reconnect after GOAWAY keeps TLS, a
+server without ALPN h2 is refused) are tested in test_grpc_lean.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -47,7 +48,9 @@ async def tls_engine(
     """A simulated engine serving gRPC over TLS and requiring a client certificate; its port."""
     pair = pki.wrong_host if wrong_host else pki.server
     tls = ServerTls.load(str(pair.cert), str(pair.key), str(pki.ca_path), alpn=H2)
-    engine = SimEngine(GrpcSimConfig(runtime=runtime, model="tls-model"), vocab)
+    engine = SimEngine(
+        GrpcSimConfig(runtime=runtime, model="tls-model", kv_heartbeat_s=0.05), vocab
+    )
     server, _health, port = await start_server(engine, "127.0.0.1", 0, tls)
     try:
         yield port
@@ -88,6 +91,10 @@ async def test_every_rpc_works_over_mutual_tls(
         try:  # GetTokenizer, sha256-checked and unpacked
             folder = await fetch_tokenizer(client, tmp_path, timeout_s=30)
             assert (folder / "tokenizer.json").is_file()
+            events = client.subscribe_kv_events()  # the data channel: grpc.aio over TLS too
+            async with asyncio.timeout(10):
+                assert await anext(aiter(events)) is not None
+            await events.aclose()
         finally:
             await client.close()
 

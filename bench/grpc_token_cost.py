@@ -7,8 +7,11 @@ of TOKENS tokens at a fixed concurrency from this process (aiohttp); reports the
 
     .venv/bin/python bench/grpc_token_cost.py --tree base=/tmp/smg_base --tree new=.
     .venv/bin/python bench/grpc_token_cost.py --tree new=. --reps 1 --conc 1
+    .venv/bin/python bench/grpc_token_cost.py --tree plain=. --tree tls=.:tls
 
-Each `--tree NAME=DIR` puts DIR first on the gateway's PYTHONPATH (DIR/smg is imported).
+Each `--tree NAME=DIR` puts DIR first on the gateway's PYTHONPATH (DIR/smg is imported); a
+`DIR:tls` tree reaches a second engine, serving gRPC over mutual TLS, at grpcs:// (throwaway
+certificates from `trustme`, a test dependency).
 """
 
 from __future__ import annotations
@@ -84,11 +87,11 @@ async def _drive(url: str, n: int, conc: int, tokens: int) -> int:
     return frames
 
 
-async def _one(tree: str, engine_port: int, tok: str, args: argparse.Namespace) -> float:
+async def _one(tree: str, engine: str, tok: str, args: argparse.Namespace, tls: list[str]) -> float:
     port = _free_port()
     cmd = [PY, "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(port),
-           "--worker-urls", f"grpc://127.0.0.1:{engine_port}", "--model-path", tok,
-           "--policy", "round_robin", "--log-level", "warn"]  # fmt: skip
+           "--worker-urls", engine, "--model-path", tok,
+           "--policy", "round_robin", "--log-level", "warn", *tls]  # fmt: skip
     gw = _spawn(cmd, tree, tree)
     try:
         await _wait_http(f"http://127.0.0.1:{port}/v1/models", gw)
@@ -118,6 +121,11 @@ async def _one(tree: str, engine_port: int, tok: str, args: argparse.Namespace) 
         gw.wait(10)
 
 
+def _tree(spec: str) -> str:
+    path, tls = (spec[:-4], ":tls") if spec.endswith(":tls") else (spec, "")
+    return os.path.abspath(path) + tls
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tree", action="append", required=True, help="NAME=DIR (repeatable)")
@@ -127,26 +135,60 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--tokenizer", default=str(Path.home() / ".cache/smg-bench/tiny-tok"))
     args = ap.parse_args()
-    trees = [(n, os.path.abspath(d)) for n, d in (t.split("=", 1) for t in args.tree)]
+    trees = [(n, _tree(d)) for n, d in (t.split("=", 1) for t in args.tree)]
     asyncio.run(_run(args, trees))
 
 
+def _certs(folder: str) -> tuple[list[str], list[str]]:
+    """(engine flags, gateway flags) for gRPC over mutual TLS with throwaway certificates."""
+    import trustme
+
+    ca = trustme.CA()
+    srv, cli = ca.issue_cert("127.0.0.1"), ca.issue_cert("smg-gateway")
+    blobs = {
+        "ca": ca.cert_pem,
+        "srv": srv.cert_chain_pems[0],
+        "srv_key": srv.private_key_pem,
+        "cli": cli.cert_chain_pems[0],
+        "cli_key": cli.private_key_pem,
+    }
+    paths = {name: os.path.join(folder, f"{name}.pem") for name in blobs}
+    for name, blob in blobs.items():
+        blob.write_to_path(paths[name])
+    engine = ["--tls-cert-path", paths["srv"], "--tls-key-path", paths["srv_key"],
+              "--tls-client-ca-path", paths["ca"]]  # fmt: skip
+    gateway = ["--ca-cert-paths", paths["ca"], "--client-cert-path", paths["cli"],
+               "--client-key-path", paths["cli_key"]]  # fmt: skip
+    return engine, gateway
+
+
 async def _run(args: argparse.Namespace, trees: list[tuple[str, str]]) -> None:
-    eport = _free_port()
+    import tempfile
+
     sim_cmd = [PY, "-m", "smg", "sim", "--grpc", "--runtime", "vllm", "--chunk-tokens", "1"]
-    sim_cmd += ["--port", str(eport), "--tokenizer-dir", args.tokenizer]
-    sim = _spawn(sim_cmd, str(REPO), str(REPO))
+    sim_cmd += ["--tokenizer-dir", args.tokenizer]
+    sims: list[subprocess.Popen[bytes]] = []
+    engines: dict[bool, tuple[str, list[str]]] = {}  # TLS? -> (URL, gateway flags)
     results: dict[str, list[float]] = {name: [] for name, _ in trees}
-    try:
-        await asyncio.sleep(2)
-        for rep in range(args.reps):
-            for name, tree in trees:
-                us = await _one(tree, eport, args.tokenizer, args)
-                results[name].append(us)
-                print(f"rep {rep} {name}: {us:.1f} CPU-us/token", flush=True)
-    finally:
-        sim.terminate()
-        sim.wait(10)
+    with tempfile.TemporaryDirectory() as certs:
+        for tls in sorted({tree.endswith(":tls") for _, tree in trees}):
+            eport = _free_port()
+            engine_tls, gateway_tls = _certs(certs) if tls else ([], [])
+            sims.append(_spawn([*sim_cmd, "--port", str(eport), *engine_tls], str(REPO), str(REPO)))
+            url = f"{'grpcs' if tls else 'grpc'}://127.0.0.1:{eport}"
+            engines[tls] = (url, gateway_tls)
+        try:
+            await asyncio.sleep(2)
+            for rep in range(args.reps):
+                for name, tree in trees:
+                    url, flags = engines[tree.endswith(":tls")]
+                    us = await _one(tree.removesuffix(":tls"), url, args.tokenizer, args, flags)
+                    results[name].append(us)
+                    print(f"rep {rep} {name}: {us:.1f} CPU-us/token", flush=True)
+        finally:
+            for sim in sims:
+                sim.terminate()
+                sim.wait(10)
     for name, vals in results.items():
         print(f"{name}: median {statistics.median(vals):.1f} CPU-us/token  {vals}")
     if len(trees) == 2:

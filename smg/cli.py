@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from smg.config import GatewayConfig, SimConfig, replace_path
+from smg.config import ConfigError, GatewayConfig, SimConfig, replace_path
 
 COMMANDS = ("launch", "node", "sim", "dev")
 
@@ -50,6 +50,22 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r}")
 
 
+class _Extend(argparse.Action):
+    """A repeatable list flag: `--flag A B --flag C` is (A, B, C). The first occurrence replaces
+    the default (an env var's value), as every other explicit flag does."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest)
+        kept = () if current is self.default else tuple(current)
+        setattr(namespace, self.dest, (*kept, *values))
+
+
 def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str) -> None:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -79,7 +95,15 @@ def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str)
         if kind is tuple:
             if env is not None:
                 default = tuple(env.replace(",", " ").split())
-            parser.add_argument(*names, dest=dest, nargs="*", default=default, help=help_text)
+            repeatable = f.metadata.get("nargs") == "extend"  # `--flag A --flag B`
+            parser.add_argument(
+                *names,
+                dest=dest,
+                nargs="*",
+                default=default,
+                action=_Extend if repeatable else "store",
+                help=help_text,
+            )
             continue
         if env is not None:
             default = kind(env)
@@ -187,6 +211,14 @@ def run_until_signal(main: Callable[[asyncio.Event], Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ConfigError as exc:  # a config that cannot be served: one line, no traceback
+        print(f"smg: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     command, ns = parse(sys.argv[1:] if argv is None else argv)
     from smg import logs
 

@@ -25,6 +25,10 @@ POLICIES = (
 )
 
 
+class ConfigError(ValueError):
+    """A configuration that cannot be served safely: `smg launch` exits with this one line."""
+
+
 def knob(
     default: Any,
     help: str,
@@ -278,7 +282,30 @@ class AuthConfig:
 
 @dataclass(frozen=True, slots=True)
 class TlsConfig:
-    """TLS on the gateway's listener and mutual TLS to workers."""
+    """TLS on the gateway's listener and mutual TLS to workers (`https://`, `grpcs://`)."""
+
+    tls_cert_path: str | None = knob(
+        None,
+        "Server certificate (PEM, leaf first, then its chain): the HTTP and metrics listeners "
+        "speak TLS (>= 1.2). Needs --tls-key-path.",
+    )
+    tls_key_path: str | None = knob(
+        None, "Private key (PEM, unencrypted) of --tls-cert-path. Needs --tls-cert-path."
+    )
+    client_cert_path: str | None = knob(
+        None,
+        "Client certificate (PEM) presented to https:// and grpcs:// workers (mutual TLS). "
+        "Needs --client-key-path.",
+    )
+    client_key_path: str | None = knob(
+        None, "Private key (PEM, unencrypted) of --client-cert-path. Needs --client-cert-path."
+    )
+    ca_cert_paths: tuple[str, ...] = knob(
+        (),
+        "CA certificates (PEM) that https:// and grpcs:// workers' certificates must chain to; "
+        "repeatable. Unset: the system's trust store.",
+        nargs="extend",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +366,13 @@ class SimConfig:
     )
     bootstrap_port: int | None = knob(
         None, "KV bootstrap port reported in /get_server_info (prefill role)."
+    )
+    tls_cert_path: str | None = knob(
+        None, "Serve over TLS (HTTPS, or gRPC over TLS with --grpc) with this certificate (PEM)."
+    )
+    tls_key_path: str | None = knob(None, "Private key (PEM) of --tls-cert-path.")
+    tls_client_ca_path: str | None = knob(
+        None, "Require client certificates signed by this CA (PEM): mutual TLS."
     )
 
 

@@ -1,5 +1,6 @@
 """The lean gRPC data path's asyncio shell (`grpc_lean.LeanChannel`) against scripted raw HTTP/2
-servers on loopback: batching, status mapping, deadlines, keepalive, GOAWAY, lost connections.
+servers on loopback: batching, status mapping, deadlines, keepalive, GOAWAY, lost connections,
+and TLS (grpcs://: a reconnect keeps TLS, ALPN h2 is required, certificates are checked).
 The behaviour against real grpc.aio servers is in test_grpc_adapter.py (which runs Generate on
 this path) and here for the grpc.aio fallback."""
 
@@ -7,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from ssl import SSLContext, SSLError
 from typing import Any
 
 import pytest
+from tls_certs import make_pki
 
 from smg.pipeline.backends import hpack
 from smg.pipeline.backends.grpc_errors import CallError
@@ -29,6 +33,7 @@ from smg.pipeline.backends.h2_frames import (
     WINDOW_UPDATE,
     frame,
 )
+from smg.tls import HTTP1
 
 PATH = "/vllm.grpc.engine.VllmEngine/Generate"
 
@@ -87,15 +92,16 @@ Script = Callable[[Peer], Awaitable[None]]
 
 
 @pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Script], Awaitable[str]]]:
+async def serve() -> AsyncIterator[Callable[..., Awaitable[str]]]:
+    """Start a scripted server (over TLS with `ssl`); its `host:port`."""
     servers: list[asyncio.Server] = []
     peers: list[asyncio.Task[None]] = []
 
-    async def start(script: Script) -> str:
+    async def start(script: Script, ssl: SSLContext | None = None) -> str:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 await script(Peer(reader, writer))
-            except (asyncio.IncompleteReadError, ConnectionError):
+            except (asyncio.IncompleteReadError, ConnectionError, SSLError):
                 pass
             finally:
                 writer.close()
@@ -103,7 +109,7 @@ async def serve() -> AsyncIterator[Callable[[Script], Awaitable[str]]]:
         def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             peers.append(asyncio.ensure_future(handle(reader, writer)))
 
-        server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+        server = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=ssl)
         servers.append(server)
         return f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
@@ -240,14 +246,19 @@ async def test_answered_keepalive_keeps_the_call(serve: Any) -> None:
     await ch.close()
 
 
-async def test_goaway_refuses_unprocessed_calls_and_a_new_connection_follows(serve: Any) -> None:
-    connections = 0
+@pytest.mark.parametrize("tls", [False, True], ids=["grpc", "grpcs"])
+async def test_goaway_refuses_unprocessed_calls_and_a_new_connection_follows(
+    serve: Any, tmp_path: Path, tls: bool
+) -> None:
+    """... and the new connection is made the way the first was: over TLS for grpcs://."""
+    seen: list[tuple[str | None, str]] = []  # per connection: (ALPN if TLS, :scheme)
 
     async def script(peer: Peer) -> None:
-        nonlocal connections
-        connections += 1
         sid = await peer.start()
-        if connections == 1:
+        ssl_object = peer.writer.get_extra_info("ssl_object")
+        alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        seen.append((alpn, dict(peer.request_headers)[":scheme"]))
+        if len(seen) == 1:
             peer.send(frame(GOAWAY_FRAME, 0, 0, bytes(4) + (0).to_bytes(4, "big") + b"restart"))
             await asyncio.sleep(0.2)
             return
@@ -255,14 +266,47 @@ async def test_goaway_refuses_unprocessed_calls_and_a_new_connection_follows(ser
         peer.send(peer.ok(sid))
         await peer.frame_of(GOAWAY_FRAME)
 
-    ch = LeanChannel(await serve(script))
+    if tls:
+        pki = make_pki(tmp_path)
+        ch = LeanChannel(await serve(script, pki.h2_server()), ssl_context=pki.worker_tls().h2)
+    else:
+        ch = LeanChannel(await serve(script))
     call = await ch.start(PATH, b"req")
     with pytest.raises(CallError) as info:
         await read_all(call)
     assert info.value.code == "UNAVAILABLE" and "restart" in info.value.details
     again = await ch.start(PATH, b"req")
     assert await read_all(again) == [b"ok"]
-    assert connections == 2
+    expected = ("h2", "https") if tls else (None, "http")
+    assert seen == [expected, expected]
+    await ch.close()
+
+
+async def test_a_tls_server_without_h2_is_refused(serve: Any, tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+
+    async def script(peer: Peer) -> None:
+        await peer.reader.read(1)  # says nothing: an HTTP/1.1 server waiting for a request
+
+    ch = LeanChannel(await serve(script, pki.h2_server(HTTP1)), ssl_context=pki.worker_tls().h2)
+    with pytest.raises(CallError) as info:
+        await ch.start(PATH, b"req")
+    assert info.value.code == "UNAVAILABLE"
+    assert "did not select HTTP/2" in info.value.details and "ALPN none" in info.value.details
+    await ch.close()
+
+
+async def test_certificate_problems_fail_the_connect(serve: Any, tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+
+    async def script(peer: Peer) -> None:
+        await peer.start()
+
+    target = await serve(script, pki.h2_server())
+    ch = LeanChannel(target, ssl_context=pki.worker_tls(ca=pki.other_ca_path).h2)
+    with pytest.raises(CallError) as info:
+        await ch.start(PATH, b"req")
+    assert info.value.code == "UNAVAILABLE" and "CERTIFICATE_VERIFY_FAILED" in info.value.details
     await ch.close()
 
 

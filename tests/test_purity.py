@@ -30,6 +30,7 @@ PURE = [
     ROOT / "sim" / "plan.py",
     ROOT / "sim" / "text.py",
     *sorted((ROOT / "pipeline" / "policies").glob("*.py")),
+    ROOT / "tls.py",  # context builders: file reads only, no sockets or grpc
 ]
 FORBIDDEN = {"asyncio", "socket", "time", "aiohttp", "grpc", "threading", "random"}
 

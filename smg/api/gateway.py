@@ -56,6 +56,7 @@ from smg.pipeline.parser_choice import ParserChoice
 from smg.pipeline.policies import CacheAwarePolicy, Policy, make_policy
 from smg.pipeline.runner import Runner
 from smg.pipeline.tokenizer import Tokenizer
+from smg.tls import GatewayTls
 
 log = structlog.get_logger("smg.gateway")
 
@@ -75,6 +76,7 @@ class Gateway:
     ) -> None:
         self.cfg = cfg
         startup_workers(cfg)  # a malformed --prefill entry fails here, before anything starts
+        self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
         self.clock: Clock = clock or LoopClock()
         self.rng = rng or random.Random()
         self.draining = False
@@ -100,7 +102,9 @@ class Gateway:
         self._cache_index: ActorRef | None = None
         self._tokenizer_registry: ActorRef | None = None
         self.tokenizers: SnapshotCell[dict[str, Tokenizer]] = SnapshotCell({})
-        self.engines = EnginePool(rpc_timeout_s=cfg.health.health_check_timeout_secs)
+        self.engines = EnginePool(
+            rpc_timeout_s=cfg.health.health_check_timeout_secs, tls=self.tls.workers
+        )
         self.metrics = Metrics(
             lambda: self.registry_cell.value,
             lambda: self.admission,
@@ -215,7 +219,9 @@ class Gateway:
     # --- lifespan --------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.cfg
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=False)
+        connector = aiohttp.TCPConnector(
+            limit=0, ttl_dns_cache=300, force_close=False, ssl=self.tls.workers.http
+        )
         async with aiohttp.ClientSession(
             connector=connector,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
@@ -308,11 +314,18 @@ class Gateway:
         web_runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await web_runner.setup()
         site = web.TCPSite(
-            web_runner, cfg.server.host, cfg.server.port, reuse_address=True, backlog=_BACKLOG
+            web_runner,
+            cfg.server.host,
+            cfg.server.port,
+            reuse_address=True,
+            backlog=_BACKLOG,
+            ssl_context=self.tls.server,
         )
         await site.start()
         self.bound_port = bound_port(site)
-        metrics = await start_metrics(cfg.observability, cfg.server.host, self.metrics.render)
+        metrics = await start_metrics(
+            cfg.observability, cfg.server.host, self.metrics.render, ssl_context=self.tls.server
+        )
         metrics_runner = None
         if metrics is not None:
             metrics_runner, self.bound_metrics_port = metrics
@@ -320,6 +333,7 @@ class Gateway:
             "gateway_listening",
             host=cfg.server.host,
             port=self.bound_port,
+            tls=self.tls.server is not None,
             metrics_port=self.bound_metrics_port,
             policy=cfg.routing.policy,
             workers=len(cfg.workers.worker_urls),

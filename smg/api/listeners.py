@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Callable
 
 from aiohttp import web
@@ -21,9 +22,14 @@ def bound_port(site: web.TCPSite) -> int | None:
 
 
 async def start_metrics(
-    obs: ObservabilityConfig, server_host: str, render: Callable[[], bytes]
+    obs: ObservabilityConfig,
+    server_host: str,
+    render: Callable[[], bytes],
+    *,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[web.AppRunner, int | None] | None:
-    """Serve `render()` at /metrics on the Prometheus listener (port 0 in the config: none)."""
+    """Serve `render()` at /metrics on the Prometheus listener (port 0 in the config: none), over
+    TLS with the gateway's certificate when it has one (metrics name workers and models)."""
     if obs.prometheus_port <= 0:
         return None
     host = obs.prometheus_host or ("::" if ":" in server_host else "0.0.0.0")
@@ -35,6 +41,8 @@ async def start_metrics(
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, obs.prometheus_port, reuse_address=True)
+    site = web.TCPSite(
+        runner, host, obs.prometheus_port, reuse_address=True, ssl_context=ssl_context
+    )
     await site.start()
     return runner, bound_port(site)

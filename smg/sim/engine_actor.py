@@ -57,6 +57,9 @@ class GrpcSimConfig:
     kv_heartbeat_s: float = 1.0
     role: str = "regular"  # "prefill" | "decode" | "regular": PD disaggregation role
     bootstrap_port: int = 0  # SGLang PD: the KV bootstrap port reported by GetServerInfo
+    tls_cert_path: str | None = None  # serve gRPC over TLS with this certificate and key
+    tls_key_path: str | None = None
+    tls_client_ca_path: str | None = None  # require client certificates signed by this CA
 
 
 @dataclass(slots=True)

@@ -36,6 +36,9 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("stats-port", int, "Serve GET /sim/stats on this HTTP port (default 0: off)"),
     ("role", str, "PD role: prefill, decode or regular (default regular)"),
     ("bootstrap-port", int, "SGLang PD: KV bootstrap port reported in GetServerInfo (default 0)"),
+    ("tls-cert-path", str, "Serve gRPC over TLS (grpcs://) with this certificate (PEM)"),
+    ("tls-key-path", str, "Private key (PEM) of --tls-cert-path"),
+    ("tls-client-ca-path", str, "Require client certificates signed by this CA (mutual TLS)"),
 )
 _CORE_FLAGS = {
     "prefill_tokens_per_s": "prefill_tokens_per_s",
@@ -79,7 +82,7 @@ def _arg(ns: argparse.Namespace, name: str) -> Any:
 
 _PLAIN_FLAGS = (
     "host", "port", "runtime", "model", "seed", "context_length", "chunk_tokens", "role",
-    "bootstrap_port",
+    "bootstrap_port", "tls_cert_path", "tls_key_path", "tls_client_ca_path",
 )  # fmt: skip
 
 

@@ -34,6 +34,7 @@ from smg.sim.engine_actor import EngineStats, GrpcSimConfig, SimEngine
 from smg.sim.engine_core import CoreConfig
 from smg.sim.grpc_servicers import STATS_METADATA_KEY, SglangServicer, VllmServicer
 from smg.sim.tokenizer_files import load_vocab, qwen3_tokenizer_dir
+from smg.tls import H2, ServerTls
 
 __all__ = [
     "EngineStats",
@@ -59,8 +60,11 @@ SERVICE_NAMES = {
 }
 
 
-async def start_server(engine: SimEngine, host: str, port: int) -> tuple[Any, HealthServicer, int]:
-    """Bind and start a grpc.aio server for `engine`; (server, health servicer, bound port)."""
+async def start_server(
+    engine: SimEngine, host: str, port: int, tls: ServerTls | None = None
+) -> tuple[Any, HealthServicer, int]:
+    """Bind and start a grpc.aio server for `engine`, over TLS with `tls` (mutual TLS when it has
+    a client CA); (server, health servicer, bound port)."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", 64 << 20),
@@ -78,7 +82,16 @@ async def start_server(engine: SimEngine, host: str, port: int) -> tuple[Any, He
     for name in ("", SERVICE_NAMES[runtime]):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    if tls is None:
+        bound = server.add_insecure_port(address)
+    else:
+        credentials = grpc.ssl_server_credentials(
+            [(tls.key_pem, tls.cert_pem)],
+            root_certificates=tls.client_ca_pem,
+            require_client_auth=tls.client_ca_pem is not None,
+        )
+        bound = server.add_secure_port(address, credentials)
     await server.start()
     return server, health, bound
 
@@ -112,13 +125,16 @@ async def _stats_http(engine: SimEngine, host: str, port: int) -> Any:
 
 async def serve(cfg: GrpcSimConfig, stop: asyncio.Event) -> None:
     """Run the engine until `stop` is set; prints one ready line."""
+    tls = ServerTls.load(cfg.tls_cert_path, cfg.tls_key_path, cfg.tls_client_ca_path, alpn=H2)
     directory = cfg.tokenizer_dir or qwen3_tokenizer_dir()
     vocab = await asyncio.to_thread(load_vocab, directory)
     engine = SimEngine(cfg, vocab)
-    server, health, port = await start_server(engine, cfg.host, cfg.port)
+    server, health, port = await start_server(engine, cfg.host, cfg.port, tls)
     runner = await _stats_http(engine, cfg.host, cfg.stats_port) if cfg.stats_port else None
+    scheme = "grpc" if tls is None else "grpcs"
     print(
-        f"smg sim (grpc, {cfg.runtime}) listening on {cfg.host}:{port} model={cfg.model}",
+        f"smg sim (grpc, {cfg.runtime}) listening on {scheme}://{cfg.host}:{port} "
+        f"model={cfg.model}",
         flush=True,
     )
     try:

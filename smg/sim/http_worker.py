@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from smg.config import SimConfig
 from smg.sim.http_handlers import SimWorker, Sleep
+from smg.tls import ServerTls
 
 WORKER_KEY = web.AppKey("smg_sim_worker", SimWorker)
 
@@ -49,8 +51,11 @@ def worker_of(app: web.Application) -> SimWorker:
     return app[WORKER_KEY]
 
 
-async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Listen on (host, port); port 0 picks a free one. Returns the runner and the bound port.
+async def start(
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Listen on (host, port), over TLS with `ssl_context`; port 0 picks a free one. Returns the
+    runner and the bound port.
 
     Handlers are cancelled when their client disconnects, so a stream waiting out its first-token
     delay stops at once. The caller owns the runner and must `await runner.cleanup()`.
@@ -58,7 +63,7 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, backlog=4096)
+        site = web.TCPSite(runner, host, port, backlog=4096, ssl_context=ssl_context)
         await site.start()
     except Exception:
         await runner.cleanup()
@@ -67,11 +72,16 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
 
 
 async def serve(cfg: SimConfig) -> None:
-    """Run the worker until cancelled."""
-    runner, port = await start(build_app(cfg), cfg.host, cfg.port)
+    """Run the worker until cancelled; HTTPS with `--tls-cert-path`/`--tls-key-path`, mutual TLS
+    with `--tls-client-ca-path`."""
+    tls = ServerTls.load(cfg.tls_cert_path, cfg.tls_key_path, cfg.tls_client_ca_path)
+    runner, port = await start(
+        build_app(cfg), cfg.host, cfg.port, None if tls is None else tls.context
+    )
     try:
         host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
-        print(f"smg sim listening on http://{host}:{port} model={cfg.model}", flush=True)
+        scheme = "http" if tls is None else "https"
+        print(f"smg sim listening on {scheme}://{host}:{port} model={cfg.model}", flush=True)
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()

@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -143,10 +144,12 @@ def http(
     *,
     headers: dict[str, str] | None = None,
     timeout_s: float = 10.0,
+    context: ssl.SSLContext | None = None,
 ) -> Resp:
     """One request with urllib; non-2xx answers are returned, not raised.
 
-    `body`: bytes as they are, an iterable of bytes (sent chunked), anything else as JSON."""
+    `body`: bytes as they are, an iterable of bytes (sent chunked), anything else as JSON.
+    `context`: for https:// URLs (the CA to trust, a client certificate)."""
     hdrs = dict(headers or {})
     data: Any = None
     if body is not None:
@@ -157,7 +160,7 @@ def http(
         hdrs.setdefault("Content-Type", "application/json")
     req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as r:
             return Resp(r.status, dict(r.headers.items()), r.read())
     except urllib.error.HTTPError as e:
         with e:
@@ -249,23 +252,24 @@ class Sim:
     proc: Proc
     port: int
     model: str
+    context: ssl.SSLContext | None = None  # an HTTPS sim (`tls_cert_path=`): how to reach it
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.context else 'http'}://127.0.0.1:{self.port}"
 
     def stats(self) -> dict[str, int]:
-        r = http("GET", self.url + "/sim/stats")
+        r = http("GET", self.url + "/sim/stats", context=self.context)
         assert r.status == 200, r
         return r.json()
 
     def configure(self, **changes: Any) -> dict[str, Any]:
-        r = http("POST", self.url + "/sim/config", changes)
+        r = http("POST", self.url + "/sim/config", changes, context=self.context)
         assert r.status == 200, r
         return r.json()
 
     def set_healthy(self, healthy: bool) -> None:
-        r = http("POST", self.url + "/sim/health", {"healthy": healthy})
+        r = http("POST", self.url + "/sim/health", {"healthy": healthy}, context=self.context)
         assert r.status == 200, r
 
     def kill(self) -> None:
@@ -281,10 +285,11 @@ class Engine:
     stats_port: int
     model: str
     runtime: str
+    tls: bool = False  # serves gRPC over TLS (`tls_cert_path=`)
 
     @property
     def url(self) -> str:
-        return f"grpc://127.0.0.1:{self.port}"
+        return f"{'grpcs' if self.tls else 'grpc'}://127.0.0.1:{self.port}"
 
     def stats(self) -> dict[str, int]:
         r = http("GET", f"http://127.0.0.1:{self.stats_port}/sim/stats", timeout_s=2.0)
@@ -317,10 +322,15 @@ class Gateway:
     port: int
     metrics_port: int
     api_key: str | None
+    context: ssl.SSLContext | None = None  # a TLS gateway (`tls_cert_path=`): how to reach it
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.context else "http"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -336,7 +346,8 @@ class Gateway:
         timeout_s: float = 10.0,
     ) -> Resp:
         hdrs = {**(self.auth() if auth else {}), **(headers or {})}
-        return http(method, self.url + path, body, headers=hdrs, timeout_s=timeout_s)
+        url = self.url + path
+        return http(method, url, body, headers=hdrs, timeout_s=timeout_s, context=self.context)
 
     def client(self, timeout_s: float = 15.0) -> openai.OpenAI:
         return openai.OpenAI(
@@ -344,6 +355,7 @@ class Gateway:
             api_key=self.api_key or "x",
             max_retries=0,
             timeout=timeout_s,
+            http_client=openai.DefaultHttpxClient(verify=self.context) if self.context else None,
         )
 
     def workers(self) -> list[dict[str, Any]]:
@@ -368,7 +380,8 @@ class Gateway:
         wait_until(ready, timeout_s, f"{self.proc.name}: {n} ready worker(s)")
 
     def metrics(self) -> list[tuple[str, dict[str, str], float]]:
-        r = http("GET", f"http://127.0.0.1:{self.metrics_port}/metrics")
+        url = f"{self.scheme}://127.0.0.1:{self.metrics_port}/metrics"
+        r = http("GET", url, context=self.context)
         assert r.status == 200, r
         return parse_metrics(r.body.decode())
 
@@ -401,31 +414,41 @@ class Launcher:
         self.procs.append(proc)
         return proc
 
-    def sims(self, *models: str, **options: Any) -> list[Sim]:
-        """Start one worker per model name, in parallel; return once each answers /health."""
-        started = [self._start_sim(model, options) for model in models]
+    def sims(
+        self, *models: str, context: ssl.SSLContext | None = None, **options: Any
+    ) -> list[Sim]:
+        """Start one worker per model name, in parallel; return once each answers /health.
+        An HTTPS worker (`tls_cert_path=`...) is reached with `context`."""
+        started = [self._start_sim(model, options, context) for model in models]
         return [self._wait_sim(sim, options) for sim in started]
 
-    def sim(self, model: str = "sim-model", **options: Any) -> Sim:
-        return self.sims(model, **options)[0]
+    def sim(
+        self, model: str = "sim-model", *, context: ssl.SSLContext | None = None, **options: Any
+    ) -> Sim:
+        return self.sims(model, context=context, **options)[0]
 
-    def _start_sim(self, model: str, options: dict[str, Any]) -> Sim:
-        port = free_port()
+    def _start_sim(
+        self, model: str, options: dict[str, Any], context: ssl.SSLContext | None = None
+    ) -> Sim:
+        port = int(options.get("port") or free_port())  # a given port: a restarted worker
         argv = ["sim", "--host", "127.0.0.1", "--port", str(port), "--model", model]
-        proc = self._start(f"sim-{model}-{port}", argv + _flags(options))
-        return Sim(proc, port, model)
+        rest = _flags({k: v for k, v in options.items() if k != "port"})
+        proc = self._start(f"sim-{model}-{port}", argv + rest)
+        return Sim(proc, port, model, context)
 
     def _wait_sim(self, sim: Sim, options: dict[str, Any], retries: int = 2) -> Sim:
         def up() -> bool:
             if not sim.proc.alive:
                 raise ProcessDied(sim.proc)
-            return http("GET", sim.url + "/health", timeout_s=1.0).status in (200, 503)
+            health = http("GET", sim.url + "/health", timeout_s=1.0, context=sim.context)
+            return health.status in (200, 503)
 
         try:
             wait_until(up, START_DEADLINE_S, f"{sim.proc.name} to listen")
         except ProcessDied:
             if retries and _address_in_use(sim.proc):
-                return self._wait_sim(self._start_sim(sim.model, options), options, retries - 1)
+                again = self._start_sim(sim.model, options, sim.context)
+                return self._wait_sim(again, options, retries - 1)
             raise
         return sim
 
@@ -446,7 +469,9 @@ class Launcher:
             "--model", model, "--stats-port", str(stats_port),
         ]  # fmt: skip
         proc = self._start(f"engine-{runtime}-{model}-{port}", argv + _flags(options))
-        return Engine(proc, port, stats_port, model, runtime)
+        return Engine(
+            proc, port, stats_port, model, runtime, tls=bool(options.get("tls_cert_path"))
+        )
 
     def wait_engine(self, engine: Engine, retries: int = 2, **options: Any) -> Engine:
         """Until the engine serves (its stats port answers: it starts after the gRPC server)."""
@@ -476,11 +501,13 @@ class Launcher:
         prefill: Iterable[tuple[Sim | Engine | str, int | None]] = (),
         decode: Iterable[Sim | Engine | str] = (),
         command: str = "launch",
+        context: ssl.SSLContext | None = None,
         **options: Any,
     ) -> Gateway:
         """Start a gateway in front of `workers`; wait until `ready` of them (default: all) are
         ready. Options are `smg launch` flags with underscores (`queue_size=0`). `prefill`
-        ((worker, bootstrap port) pairs) and `decode` workers start it in PD mode."""
+        ((worker, bootstrap port) pairs) and `decode` workers start it in PD mode. A TLS gateway
+        (`tls_cert_path=`...) is reached with `context`."""
         urls = [w if isinstance(w, str) else w.url for w in workers]
         pd_prefill = [[w if isinstance(w, str) else w.url, p or "none"] for w, p in prefill]
         pd_decode = [[w if isinstance(w, str) else w.url] for w in decode]
@@ -511,7 +538,7 @@ class Launcher:
             flags["worker_urls"] = urls
         total = len(urls) + len(pd_prefill) + len(pd_decode)
         proc = self._start(f"gateway-{port}", [command, *_flags(flags)])
-        gw = Gateway(proc, port, mport, api_key)
+        gw = Gateway(proc, port, mport, api_key, context)
         try:
             gw.wait_ready(total if ready is None else ready)
         except ProcessDied:
@@ -523,6 +550,7 @@ class Launcher:
                     api_key=api_key,
                     retries=retries - 1,
                     command=command,
+                    context=context,
                     **options,
                 )
             raise

@@ -20,6 +20,9 @@ Two grpc.aio channels per engine, each on its own TCP connection (`use_local_sub
   server), or it answers GOAWAY "too_many_pings" and the connection is re-made.
 * probe: health, model info, loads, tokenizer download and Abort; no keepalive (short unary
   calls), so a probe never shares the fate of a data connection a server closed for pinging.
+
+A `grpcs://` engine gets all three connections (lean, data, probe) over TLS, verified and with
+the client certificate of `WorkerTls`; `grpc://` stays plaintext.
 """
 
 from __future__ import annotations
@@ -56,12 +59,15 @@ from smg.pipeline.backends.grpc_errors import (
     classify_code,
     describe,
     grpc_target,
+    open_channel,
+    tls_for,
 )
 from smg.pipeline.backends.grpc_lean import LeanChannel
 from smg.pipeline.backends.grpc_replies import ResponseNormaliser, loads_from, model_info_from
 from smg.pipeline.backends.grpc_requests import build_aborts, build_generate
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineEvent, EngineModelInfo, EngineRequest
+from smg.tls import WorkerTls
 
 log = structlog.get_logger("smg.grpc")
 
@@ -122,13 +128,15 @@ class EngineClient:
         rpc_timeout_s: float = 5.0,
         abort_timeout_s: float = 1.0,
         lean_generate: bool = True,
+        tls: WorkerTls | None = None,
     ) -> EngineClient:
         """Open the channels; when `runtime` is None, ask GetModelInfo of the SGLang service and
         then the vLLM one (the other answers UNIMPLEMENTED). With a runtime given nothing is sent:
-        the first call connects."""
-        target = grpc_target(url)
-        data = grpc.aio.insecure_channel(target, options=DATA_CHANNEL_OPTIONS)
-        probe = grpc.aio.insecure_channel(target, options=PROBE_CHANNEL_OPTIONS)
+        the first call connects. A `grpcs://` URL connects over TLS with `tls` (default: the
+        system's trust store, no client certificate); `grpc://` is plaintext."""
+        target, tls = grpc_target(url), tls_for(url, tls)
+        data = open_channel(target, DATA_CHANNEL_OPTIONS, tls)
+        probe = open_channel(target, PROBE_CHANNEL_OPTIONS, tls)
         ok = False
         try:
             if runtime is None:
@@ -140,7 +148,11 @@ class EngineClient:
                 probe,
                 rpc_timeout_s=rpc_timeout_s,
                 abort_timeout_s=abort_timeout_s,
-                lean=LeanChannel(target, max_message_bytes=MAX_MESSAGE_BYTES)
+                lean=LeanChannel(
+                    target,
+                    max_message_bytes=MAX_MESSAGE_BYTES,
+                    ssl_context=None if tls is None else tls.h2,
+                )
                 if lean_generate
                 else None,
             )

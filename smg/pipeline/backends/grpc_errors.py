@@ -1,4 +1,5 @@
-"""What the gRPC adapter knows besides moving messages: channel options, URLs, error classes.
+"""What the gRPC adapter knows besides moving messages: channel options and credentials, URLs,
+error classes.
 
 Errors are classified like the HTTP adapter's: the engine could not be reached
 (`UpstreamError("connect")`), did not answer in time (`UpstreamError("timeout")`), or refused the
@@ -12,6 +13,7 @@ from urllib.parse import unquote
 import grpc
 
 from smg.pipeline.backends.http import UpstreamError
+from smg.tls import WorkerTls
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # long prompts as token ids, tokenizer zip chunks
 _COMMON_OPTIONS: tuple[tuple[str, int], ...] = (
@@ -57,13 +59,31 @@ class EngineError(Exception):
 
 
 def grpc_target(url: str) -> str:
-    """`grpc://host:port` -> `host:port`."""
-    if not url.startswith("grpc://"):
-        raise ValueError(f"not a grpc:// URL: {url!r}")
-    target = url.removeprefix("grpc://").rstrip("/")
+    """`grpc://host:port` or `grpcs://host:port` -> `host:port`."""
+    if not url.startswith(("grpc://", "grpcs://")):
+        raise ValueError(f"not a grpc:// or grpcs:// URL: {url!r}")
+    target = url.split("://", 1)[1].rstrip("/")
     if not target:
         raise ValueError(f"no address in {url!r}")
     return target
+
+
+def tls_for(url: str, tls: WorkerTls | None) -> WorkerTls | None:
+    """How to reach the engine at `url`: over TLS for `grpcs://` (with `tls`, else the system's
+    trust store and no client certificate), plaintext (None) for `grpc://`."""
+    if not url.startswith("grpcs://"):
+        return None
+    return tls or WorkerTls.system()
+
+
+def open_channel(
+    target: str, options: tuple[tuple[str, int], ...], tls: WorkerTls | None
+) -> grpc.aio.Channel:
+    """A grpc.aio channel to `target`: plaintext, or TLS with `tls`'s roots and client cert."""
+    if tls is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    credentials = grpc.ssl_channel_credentials(tls.ca_pem, tls.key_pem, tls.cert_pem)
+    return grpc.aio.secure_channel(target, credentials, options=options)
 
 
 def describe(exc: grpc.aio.AioRpcError) -> str:

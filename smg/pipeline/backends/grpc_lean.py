@@ -17,12 +17,15 @@ or after GOAWAY), HTTP/2 keepalive like the grpc.aio data channel had (a PING af
 `keepalive_time_s` without bytes from the engine; no answer within `keepalive_timeout_s` closes
 the connection and fails its calls as UNAVAILABLE), the deadline both sent (`grpc-timeout`) and
 enforced here. Failures are `CallError` with the gRPC status code name, as grpc.aio reports them.
+With an `ssl_context` (grpcs://) every connection is TLS and must negotiate ALPN `h2`; a failed
+handshake or certificate check is UNAVAILABLE, like a refused connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from typing import cast
 
 import structlog
@@ -142,6 +145,7 @@ class _Connection(asyncio.Protocol):
         self.calls: dict[int, LeanCall] = {}
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.refused = ""  # why the connection was given up before it started (TLS without h2)
         self._heard = False  # bytes arrived since the last keepalive tick
         self._tick: asyncio.TimerHandle | None = None
         self._ping_due: asyncio.TimerHandle | None = None
@@ -152,6 +156,14 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        if self.channel.ssl_context is not None:  # over TLS the handshake is done by now
+            tls = transport.get_extra_info("ssl_object")
+            alpn = tls.selected_alpn_protocol() if tls is not None else None
+            if alpn != "h2":  # a TLS server that would not speak HTTP/2: not a gRPC server
+                self.refused = f"the engine did not select HTTP/2 over TLS (ALPN {alpn or 'none'})"
+                self.closed = True
+                self.transport.abort()
+                return
         self._flush()
         self._arm_keepalive()
 
@@ -303,6 +315,7 @@ class LeanChannel:
         max_message_bytes: int = 256 * 1024 * 1024,
         stream_window_bytes: int = 256 * 1024,
         connection_window_bytes: int = 16 * 1024 * 1024,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         host, _, port = target.rpartition(":")
         if not host or not port.isdigit():
@@ -318,6 +331,9 @@ class LeanChannel:
         # admitted whole) and, per RTT, stream: ~1 GB/s at 0.25 ms, far above a token stream
         self.stream_window_bytes = stream_window_bytes
         self.connection_window_bytes = connection_window_bytes  # throughput only: see above
+        # TLS (grpcs://): the context must offer ALPN h2 only; None: plaintext (grpc://)
+        self.ssl_context = ssl_context
+        self._scheme = "http" if ssl_context is None else "https"
         self._conns: list[_Connection] = []
         self._lock = asyncio.Lock()
         self._blocks: dict[str, bytes] = {}
@@ -334,7 +350,7 @@ class LeanChannel:
             block = self._blocks[path] = hpack.encode(
                 (
                     (":method", "POST"),
-                    (":scheme", "http"),
+                    (":scheme", self._scheme),
                     (":path", path),
                     (":authority", self.target),
                     ("content-type", "application/grpc"),
@@ -366,18 +382,24 @@ class LeanChannel:
             limit = self.connect_timeout_s if timeout_s is None else timeout_s
             loop = asyncio.get_running_loop()
             try:
-                async with asyncio.timeout(limit):
+                async with asyncio.timeout(limit):  # the TLS handshake included
                     _, protocol = await loop.create_connection(
-                        lambda: _Connection(self), self.host, self.port
+                        lambda: _Connection(self),
+                        self.host,
+                        self.port,
+                        ssl=self.ssl_context,
+                        server_hostname=None if self.ssl_context is None else self.host,
                     )
             except TimeoutError:
                 raise CallError(
                     "DEADLINE_EXCEEDED" if timeout_s is not None else "UNAVAILABLE",
                     f"no connection to {self.target} in {limit:g} s",
                 ) from None
-            except OSError as exc:
+            except OSError as exc:  # ssl.SSLError too: bad certificate, wrong host name, ...
                 detail = f"failed to connect to {self.target}: {exc}"
                 raise CallError("UNAVAILABLE", detail) from None
+            if protocol.refused:
+                raise CallError("UNAVAILABLE", f"{self.target}: {protocol.refused}")
             self._conns.append(protocol)
             return protocol
 

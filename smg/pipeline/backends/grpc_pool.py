@@ -21,6 +21,7 @@ from smg.actors.snapshots import WorkerSnapshot
 from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineEvent, EngineRequest
+from smg.tls import WorkerTls
 
 
 def is_grpc_url(url: str) -> bool:
@@ -28,8 +29,9 @@ def is_grpc_url(url: str) -> bool:
 
 
 class EnginePool:
-    def __init__(self, *, rpc_timeout_s: float = 5.0) -> None:
+    def __init__(self, *, rpc_timeout_s: float = 5.0, tls: WorkerTls | None = None) -> None:
         self.rpc_timeout_s = rpc_timeout_s
+        self.tls = tls  # for grpcs:// engines (None: the system's trust store)
         self._clients: dict[str, EngineClient] = {}
         self._lock = asyncio.Lock()
 
@@ -46,7 +48,9 @@ class EnginePool:
         async with self._lock:
             client = self._clients.get(url)
             if client is None:
-                client = await EngineClient.connect(url, rpc_timeout_s=self.rpc_timeout_s)
+                client = await EngineClient.connect(
+                    url, rpc_timeout_s=self.rpc_timeout_s, tls=self.tls
+                )
                 self._clients[url] = client
             return client
 

@@ -32,9 +32,10 @@ from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
 from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
 from smg.api.admission import Admission
+from smg.api.auth import AuthGate
 from smg.api.listeners import bound_port, start_metrics
 from smg.api.mesh_setup import GatewayMesh
-from smg.api.middleware import edge_middleware
+from smg.api.middleware import edge_middleware, metrics_middleware
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
 from smg.api.pd_grpc import GrpcPd
@@ -76,6 +77,7 @@ class Gateway:
         self.cfg = cfg
         startup_workers(cfg)  # a malformed --prefill entry fails here, before anything starts
         self.clock: Clock = clock or LoopClock()
+        self.auth = AuthGate.from_config(cfg, self.clock.now)  # a bad auth flag fails here too
         self.rng = rng or random.Random()
         self.draining = False
         self.registry_cell: SnapshotCell[RegistrySnapshot] = SnapshotCell(RegistrySnapshot())
@@ -127,11 +129,12 @@ class Gateway:
         app = web.Application(
             client_max_size=srv.max_payload_size,
             middlewares=[
-                edge_middleware(self.cfg.server.api_key, self.metrics),
+                edge_middleware(self.auth, self.metrics),
                 *self.mesh.middlewares(),
             ],
             handler_args=None,
         )
+        self.auth.install(app)
         relay = HttpRelay(runner, backend)
         pd_routes = self._pd_routes(runner, backend)
         pipeline = PipelineRoutes(
@@ -312,7 +315,12 @@ class Gateway:
         )
         await site.start()
         self.bound_port = bound_port(site)
-        metrics = await start_metrics(cfg.observability, cfg.server.host, self.metrics.render)
+        metrics = await start_metrics(
+            cfg.observability,
+            cfg.server.host,
+            self.metrics.render,
+            middlewares=[metrics_middleware(self.auth)],
+        )
         metrics_runner = None
         if metrics is not None:
             metrics_runner, self.bound_metrics_port = metrics

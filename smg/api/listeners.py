@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -21,9 +22,13 @@ def bound_port(site: web.TCPSite) -> int | None:
 
 
 async def start_metrics(
-    obs: ObservabilityConfig, server_host: str, render: Callable[[], bytes]
+    obs: ObservabilityConfig,
+    server_host: str,
+    render: Callable[[], bytes],
+    middlewares: Sequence[Any] = (),
 ) -> tuple[web.AppRunner, int | None] | None:
-    """Serve `render()` at /metrics on the Prometheus listener (port 0 in the config: none)."""
+    """Serve `render()` at /metrics on the Prometheus listener (port 0 in the config: none),
+    behind `middlewares` (the auth gate: see smg/api/middleware.metrics_middleware)."""
     if obs.prometheus_port <= 0:
         return None
     host = obs.prometheus_host or ("::" if ":" in server_host else "0.0.0.0")
@@ -31,7 +36,7 @@ async def start_metrics(
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=render(), headers={"Content-Type": "text/plain; version=0.0.4"})
 
-    app = web.Application()
+    app = web.Application(middlewares=list(middlewares))
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

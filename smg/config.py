@@ -241,13 +241,10 @@ class ObservabilityConfig:
 class RateLimitConfig:
     rate_limit_tokens_per_second: float = knob(
         0.0,
-        "Requests per second admitted per caller (tenant header, else API key); cluster-wide "
+        "Requests per second admitted per caller (the tenant of its credential); cluster-wide "
         "when the mesh is on. 0: no rate limit.",
     )
     rate_limit_window_secs: float = knob(1.0, "Length of one rate-limit counting window.")
-    rate_limit_tenant_header: str = knob(
-        "x-tenant-id", "Header naming the caller's tenant; without it the API key is the caller."
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +328,9 @@ class AuthConfig:
     )
     tenant_header_name: str = knob(
         "x-smg-tenant-id",
-        "Header naming the tenant with --trust-tenant-header.",
+        "Header naming the tenant with --trust-tenant-header (--rate-limit-tenant-header: "
+        "deprecated alias).",
+        aliases=("--rate-limit-tenant-header",),
     )
     cors_allowed_origins: tuple[str, ...] = knob(
         (),

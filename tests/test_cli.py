@@ -94,6 +94,7 @@ def test_auth_flags_repeat_and_read_the_environment(monkeypatch: pytest.MonkeyPa
             "--control-plane-api-keys", "ops:Ops team:admin:k3",
             "--jwt-role-mapping", "G.Admin=admin", "--jwt-role-mapping", "G.User=user",
             "--cors-allowed-origins", "https://a", "https://b",
+            "--rate-limit-tenant-header", "x-org",  # the deprecated spelling
         ]
     )  # fmt: skip
     auth = gateway_config_from(ns).auth
@@ -101,5 +102,6 @@ def test_auth_flags_repeat_and_read_the_environment(monkeypatch: pytest.MonkeyPa
     assert auth.control_plane_api_keys == ("ops:Ops team:admin:k3",)  # a name may hold spaces
     assert auth.jwt_role_mapping == ("G.Admin=admin", "G.User=user")
     assert auth.cors_allowed_origins == ("https://a", "https://b")
+    assert auth.tenant_header_name == "x-org"
     monkeypatch.setenv("SMG_TENANT_API_KEY", "a:k1,b:k2")
     assert gateway_config_from(parse([])[1]).auth.tenant_api_keys == ("a:k1", "b:k2")

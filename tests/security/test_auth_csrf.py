@@ -36,7 +36,7 @@ def sim(module_launch: Launcher) -> Sim:
 @pytest.fixture(scope="module")
 def gw(module_launch: Launcher, sim: Sim) -> Gateway:
     """The developer's default: no keys, loopback."""
-    return module_launch.gateway([sim], cors_allowed_origins=[ALLOWED])
+    return module_launch.gateway([sim])
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,8 @@ def test_foreign_origin_refused_without_a_key(gw: Gateway) -> None:
     assert _post(gw, "/v1/chat/completions", CHAT_RAW, {**json_ct, **same}).status == 200
 
 
-def test_allowed_origin_gets_cors(gw: Gateway) -> None:
+def test_allowed_origin_gets_cors(launch: Launcher, sim: Sim) -> None:
+    gw = launch.gateway([sim], cors_allowed_origins=[ALLOWED])
     pre = gw.request(
         "OPTIONS",
         "/v1/chat/completions",

@@ -112,8 +112,6 @@ def test_dns_rebinding_host_is_not_trusted(keyless: Gateway, host: str) -> None:
 def test_data_plane_key_is_not_an_admin_key(keyed: Gateway, addr: str) -> None:
     k = bearer(KEY)
     assert at(addr, keyed, "POST", "/v1/chat/completions", CHAT, headers=k).status == 200
-    assert at(addr, keyed, "GET", "/v1/models", headers=k).status == 200
-    assert_openai_error(at(addr, keyed, "GET", "/v1/models"), 401, "invalid_api_key")
     # the same key, from the same peer, on the control plane: refused
     flat_error(at(addr, keyed, "GET", "/workers", headers=k), 403, "LOOPBACK_ONLY")
     added = at(addr, keyed, "POST", "/workers", {"url": "http://127.0.0.1:9"}, headers=k)
@@ -121,10 +119,11 @@ def test_data_plane_key_is_not_an_admin_key(keyed: Gateway, addr: str) -> None:
     assert_openai_error(at(addr, keyed, "GET", "/get_loads", headers=k), 403, "loopback_only")
     # a path spelled to look like the data plane runs nothing of the control plane
     assert at(addr, keyed, "GET", "/v1/../workers", headers=k).status == 404
-    # keys still guard the data plane from loopback too
-    assert_openai_error(
-        keyed.request("POST", "/v1/chat/completions", CHAT, auth=False), 401, "invalid_api_key"
-    )
+    # the key guards all of the data plane, /v1/models included, from loopback too
+    assert at(addr, keyed, "GET", "/v1/models", headers=k).status == 200
+    assert_openai_error(at(addr, keyed, "GET", "/v1/models"), 401, "invalid_api_key")
+    r = keyed.request("POST", "/v1/chat/completions", CHAT, auth=False)
+    assert_openai_error(r, 401, "invalid_api_key")
 
 
 def test_admin_role_reaches_the_control_plane(

@@ -343,6 +343,7 @@ def _cfg(**auth: Any) -> GatewayConfig:
         ({"jwt_jwks_uri": "/k.json"}, "need --jwt-issuer"),
         ({"cors_allowed_origins": ("ui.example",)}, "scheme://"),
         ({"tenant_header_name": " "}, "tenant-header-name"),
+        ({"allow_unauthenticated": True, "tenant_api_keys": ("t:k",)}, "allow-unauthenticated"),
     ],
 )  # fmt: skip
 def test_bad_auth_flags(auth: dict[str, Any], says: str) -> None:

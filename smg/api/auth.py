@@ -52,15 +52,16 @@ class AuthGate:
 
     @classmethod
     def from_config(cls, cfg: GatewayConfig, now: Callable[[], float]) -> AuthGate:
-        """Parses and checks every auth flag (ConfigError on a bad one) and logs, once, what a
-        listener beyond loopback serves only to loopback."""
+        """Parses and checks every auth flag (ConfigError on a bad one) and logs, in one warning,
+        what a listener beyond loopback serves only to loopback (or to anyone)."""
         gate = Gate.from_config(cfg)
         obs = cfg.observability
         metrics_host = None
         if obs.prometheus_port > 0:
             metrics_host = obs.prometheus_host or ("::" if ":" in cfg.server.host else "0.0.0.0")
-        for line in gate.exposure(cfg.server.host, metrics_host):
-            log.warning("listener_beyond_loopback", detail=line)
+        exposed = gate.exposure(cfg.server.host, metrics_host)
+        if exposed:
+            log.warning("listener_beyond_loopback", detail="; ".join(exposed))
         verifier = JwtVerifier(gate.jwt, now) if gate.jwt is not None else None
         return cls(gate, now, audit=not cfg.auth.disable_audit_logging, jwt=verifier)
 

@@ -100,7 +100,7 @@ class JwtVerifier:
                 leeway=LEEWAY_S,
                 options={"require": list(REQUIRED_CLAIMS)},
             )
-        except jwt.PyJWTError as exc:
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:  # an unusable JWK too: no 500
             raise _invalid(str(exc)[:200]) from None
         return principal_of(claims, s)
 

@@ -209,6 +209,11 @@ class Gate:
             origins.add(norm)
         if not a.tenant_header_name.strip():
             raise ConfigError("--tenant-header-name must not be empty")
+        if a.allow_unauthenticated and (cfg.server.api_key or a.tenant_api_keys):
+            raise ConfigError(
+                "--allow-unauthenticated opens a keyless data plane; with --api-key or "
+                "--tenant-api-key keys are required: drop one or the other"
+            )
         return cls(
             data_keys=data_plane_table(cfg.server.api_key, a.tenant_api_keys),
             cp_keys=control_plane_table(a.control_plane_api_keys),

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from multidict import CIMultiDict
 
 from smg import errors
 from smg.api.audit import clean
@@ -101,7 +102,7 @@ def gate(*, data: bool = False, cp: bool = False, jwt: bool = False, **options: 
 def outcome(g: Gate, cls: RouteClass, headers: dict[str, str], peer: str | None = "127.0.0.1",
             method: str = "POST") -> Any:  # fmt: skip
     try:
-        p = g.decide(cls, method, headers, peer)
+        p = g.decide(cls, method, CIMultiDict(headers), peer)  # as aiohttp: any case
     except errors.ApiError as err:
         return (err.status, err.code)
     return p if isinstance(p, JwtCheck) else (p.auth_method, p.tenant, p.role)
@@ -132,6 +133,10 @@ TABLE: list[tuple[str, dict[str, Any], RouteClass, dict[str, str], str | None, A
     ("keyless no peer", {}, DATA, LOCAL, None, LOCAL_ONLY),
     ("rebinding Host", {}, ADMIN, {**JSON, "Host": "evil.example"}, LO, (403, "untrusted_host")),
     ("no Host", {}, DATA, JSON, LO, (403, "untrusted_host")),
+    ("relayed by a local proxy", {}, DATA, {**LOCAL, "X-Forwarded-For": "203.0.113.5"}, LO,
+     LOCAL_ONLY),
+    ("relayed (Forwarded)", {}, ADMIN, {**LOCAL, "Forwarded": "for=203.0.113.5"}, LO, LOCAL_ONLY),
+    ("relayed (X-Real-IP)", {}, METRICS, {**LOCAL, "x-real-ip": "203.0.113.5"}, LO, LOCAL_ONLY),
     ("cross origin", {}, DATA, {**LOCAL, "Origin": "http://evil.example"}, LO,
      XO),
     ("same origin", {}, DATA, {**LOCAL, "Origin": "http://127.0.0.1:30000"}, LO,

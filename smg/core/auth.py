@@ -12,8 +12,10 @@ Route classes, decided in one place (`classify`) from the matched route's path:
 The data plane never accepts a control-plane credential and the control plane never accepts a
 data-plane key. A plane with no credential configured answers only *local* callers: a loopback
 peer that names a loopback Host (so a DNS-rebinding page, whose requests say `Host:
-evil.example`, is refused) and that is not a browser's cross-site request. `--allow-unauthenticated`
-opens a keyless data plane to every peer; nothing opens a keyless control plane.
+evil.example`, is refused), that no proxy says it relayed (`Forwarded`, `X-Forwarded-For`,
+`X-Real-IP`: a reverse proxy on the same host makes every client a loopback peer) and that is
+not a browser's cross-site request. `--allow-unauthenticated` opens a keyless data plane to every
+peer; nothing opens a keyless control plane.
 
 CSRF. Requests that carry no credential are authorized by where they come from, so a browser on
 the operator's machine could be made to send them. Two checks stop that: a body method must carry
@@ -63,6 +65,9 @@ DATA_PATHS = frozenset({"/generate"})
 # Under /v1/ but administrative in the Rust gateway (tokenizer management).
 ADMIN_UNDER_V1 = ("/v1/tokenizers",)
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# A proxy on this host makes every client a loopback peer; one that says it relayed the request
+# (as nginx, Envoy and most proxies are set up to) gets no loopback trust.
+PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
 
 DATA_FLAGS = "set --api-key or --tenant-api-key TENANT:KEY (or --allow-unauthenticated)"
 CP_FLAGS = "set --control-plane-api-keys ID:NAME:admin:KEY, or --jwt-issuer and --jwt-audience"
@@ -307,7 +312,8 @@ class Gate:
 
     # --- ambient trust ----------------------------------------------------------------------------
     def _require_local(self, headers: Mapping[str, str], peer: str | None, cls: RouteClass) -> None:
-        if not is_loopback_address(peer):
+        """Loopback peer, loopback Host, not relayed by a proxy, not a cross-site request."""
+        if not is_loopback_address(peer) or any(h in headers for h in PROXY_HEADERS):
             plane, flags = (
                 ("data plane", DATA_FLAGS)
                 if cls is RouteClass.DATA

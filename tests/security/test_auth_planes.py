@@ -109,6 +109,15 @@ def test_dns_rebinding_host_is_not_trusted(keyless: Gateway, host: str) -> None:
         assert keyless.request("GET", "/workers", headers={"Host": ok}).status == 200
 
 
+def test_a_request_relayed_by_a_local_proxy_is_not_local(keyless: Gateway) -> None:
+    """A reverse proxy on the same host makes every client a loopback peer: a request it says
+    it relayed gets no loopback trust."""
+    for relayed in ({"X-Forwarded-For": "203.0.113.5"}, {"Forwarded": "for=203.0.113.5"}):
+        flat_error(keyless.request("GET", "/workers", headers=relayed), 403, "LOOPBACK_ONLY")
+        r = keyless.request("POST", "/v1/chat/completions", CHAT, headers=relayed)
+        assert_openai_error(r, 403, "loopback_only")
+
+
 def test_data_plane_key_is_not_an_admin_key(keyed: Gateway, addr: str) -> None:
     k = bearer(KEY)
     assert at(addr, keyed, "POST", "/v1/chat/completions", CHAT, headers=k).status == 200

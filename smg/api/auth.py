@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
 
-from smg.api.jwks import JwtVerifier
 from smg.config import GatewayConfig
 from smg.core.auth import Gate, JwtCheck, RouteClass, classify
 from smg.core.auth_keys import Principal
+
+if TYPE_CHECKING:
+    from smg.api.jwks import JwtVerifier
 
 log = structlog.get_logger("smg.auth")
 
@@ -62,7 +65,11 @@ class AuthGate:
         exposed = gate.exposure(cfg.server.host, metrics_host)
         if exposed:
             log.warning("listener_beyond_loopback", detail="; ".join(exposed))
-        verifier = JwtVerifier(gate.jwt, now) if gate.jwt is not None else None
+        verifier = None
+        if gate.jwt is not None:  # pyjwt + cryptography cost ~9 MB RSS: only when JWT is on
+            from smg.api.jwks import JwtVerifier
+
+            verifier = JwtVerifier(gate.jwt, now)
         return cls(gate, now, audit=not cfg.auth.disable_audit_logging, jwt=verifier)
 
     def install(self, app: web.Application) -> None:

@@ -315,12 +315,8 @@ class Gateway:
         )
         await site.start()
         self.bound_port = bound_port(site)
-        metrics = await start_metrics(
-            cfg.observability,
-            cfg.server.host,
-            self.metrics.render,
-            middlewares=[metrics_middleware(self.auth)],
-        )
+        gate = [metrics_middleware(self.auth)]  # /metrics: a control-plane credential, any role
+        metrics = await start_metrics(cfg.observability, cfg.server.host, self.metrics.render, gate)
         metrics_runner = None
         if metrics is not None:
             metrics_runner, self.bound_metrics_port = metrics

@@ -35,6 +35,9 @@ _WRK_LUA = r"""
 wrk.method = "POST"
 wrk.body = os.getenv("BODY")
 wrk.headers["Content-Type"] = "application/json"
+if os.getenv("BENCH_AUTHORIZATION") then
+  wrk.headers["Authorization"] = os.getenv("BENCH_AUTHORIZATION")
+end
 function done(s, lat, req)
   local e = s.errors
   io.write(string.format('LOADJSON {"requests":%d,"duration_us":%d,"errors":%d,' ..
@@ -191,6 +194,8 @@ async def _drive(
     end = loop.time() + seconds
     done = errors = 0
     headers = {"Content-Type": "application/json"}
+    if os.environ.get("BENCH_AUTHORIZATION"):  # overhead.py --api-key
+        headers["Authorization"] = os.environ["BENCH_AUTHORIZATION"]
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     conn = aiohttp.TCPConnector(limit=conc)
 

@@ -247,6 +247,11 @@ def main() -> None:
         default=CB_WORKAROUND,
         help="extra flags for `smg launch` (default: %(default)s, see CB_WORKAROUND)",
     )
+    ap.add_argument(
+        "--api-key",
+        default=None,
+        help="measure the authenticated path: the gateway gets --api-key, the clients send it",
+    )
     ap.add_argument("--client", choices=("auto", "wrk", "aiohttp"), default="auto")
     ap.add_argument("--timeout", type=float, default=10.0, help="per-request timeout, s")
     ap.add_argument("--max-total-s", type=float, default=900.0, help="bound on the whole matrix")
@@ -278,8 +283,12 @@ def main() -> None:
         f"Python {sys.version.split()[0]}"
     )
     print(meta, file=sys.stderr)
+    gateway_args = a.gateway_args.split()
+    if a.api_key:  # the load drivers (wrk's script, the aiohttp client process) read this
+        gateway_args += ["--api-key", a.api_key]
+        os.environ["BENCH_AUTHORIZATION"] = f"Bearer {a.api_key}"
     with Stack(
-        a.workers, a.policy, a.gateway_args.split(), a.tokens_per_second, Path(a.results) / "logs"
+        a.workers, a.policy, gateway_args, a.tokens_per_second, Path(a.results) / "logs"
     ) as stack:
         if a.profile > 0:
             profile(stack, a, stamp)

@@ -85,8 +85,10 @@ class RssSampler(threading.Thread):
 
 
 def _get(url: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
+    auth = os.environ.get("BENCH_AUTHORIZATION")  # overhead.py --api-key: /v1/models needs it
+    req = urllib.request.Request(url, headers={"Authorization": auth} if auth else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return r.status, r.read()
     except OSError:
         return 0, b""

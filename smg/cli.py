@@ -85,6 +85,11 @@ def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str)
                 *names, dest=dest, action="store_true", default=default, help=help_text
             )
             continue
+        if kind is tuple and f.metadata.get("nargs") == "append":
+            # `--flag VALUE`, repeatable (values may hold spaces); the env var is comma-separated
+            values = env.split(",") if env is not None else list(default)
+            parser.add_argument(*names, dest=dest, action="append", default=values, help=help_text)
+            continue
         if kind is tuple and f.metadata.get("nargs") == "append+":
             # `--flag A [B ...]`, repeatable: each occurrence is one space-joined entry
             entries = [e.split() for e in env.split(",")] if env is not None else list(default)
@@ -229,7 +234,11 @@ def _main(argv: Sequence[str] | None) -> int:
         logs.configure(cfg.observability.log_level, cfg.observability.log_json)
         from smg.api.gateway import Gateway
 
-        run_until_signal(lambda stop: Gateway(cfg).run(stop))
+        try:
+            run_until_signal(lambda stop: Gateway(cfg).run(stop))
+        except ConfigError as exc:  # one line saying what to set, not a traceback
+            print(f"smg: {exc}", file=sys.stderr)
+            return 2
         return 0
     if command == "sim":
         logs.configure("info")

@@ -26,7 +26,7 @@ POLICIES = (
 
 
 class ConfigError(ValueError):
-    """A configuration that cannot be served safely: `smg launch` exits with this one line."""
+    """A config that cannot be served safely or does not parse: `smg launch` exits with it."""
 
 
 def knob(
@@ -52,7 +52,9 @@ class ServerConfig:
     )
     api_key: str | None = knob(
         None,
-        "Bearer key clients must present; also sent to workers. Unset: no client auth.",
+        "Shared data-plane key: clients send `Authorization: Bearer KEY` to /v1/* and /generate. "
+        "It never opens the control plane (see --control-plane-api-keys). With no data-plane key "
+        "the data plane answers loopback clients only (see --allow-unauthenticated).",
     )
     request_timeout_secs: float = knob(
         1800.0, "Deadline for one upstream attempt to answer (headers and body)."
@@ -239,13 +241,10 @@ class ObservabilityConfig:
 class RateLimitConfig:
     rate_limit_tokens_per_second: float = knob(
         0.0,
-        "Requests per second admitted per caller (tenant header, else API key); cluster-wide "
+        "Requests per second admitted per caller (the tenant of its credential); cluster-wide "
         "when the mesh is on. 0: no rate limit.",
     )
     rate_limit_window_secs: float = knob(1.0, "Length of one rate-limit counting window.")
-    rate_limit_tenant_header: str = knob(
-        "x-tenant-id", "Header naming the caller's tenant; without it the API key is the caller."
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +276,68 @@ class MeshNodeConfig:
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
-    """Who may call the gateway: data-plane keys, control-plane keys and roles, OIDC/JWT."""
+    """Who may call the gateway: data-plane keys, control-plane keys and roles, OIDC/JWT.
+
+    /health, /liveness and /readiness are public; /v1/* and /generate are the data plane
+    (--api-key, --tenant-api-key); the rest (/workers, /get_loads, /parse/*, /mesh/*) is the
+    control plane (--control-plane-api-keys, --jwt-*), and /metrics takes a control-plane
+    credential of any role. A plane without a credential answers loopback clients only.
+    """
+
+    tenant_api_keys: tuple[str, ...] = knob(
+        (),
+        "Data-plane key of one tenant, TENANT:KEY (repeat the flag); the tenant is the caller's "
+        "identity for rate limits.",
+        flag="--tenant-api-key",
+        nargs="append",
+    )
+    allow_unauthenticated: bool = knob(
+        False,
+        "Serve the data plane to non-loopback clients without a key (warns each minute it does).",
+    )
+    control_plane_api_keys: tuple[str, ...] = knob(
+        (),
+        "Control-plane key ID:NAME:ROLE:KEY, ROLE admin or user (repeat the flag): admin reaches "
+        "/workers, /mesh/*, ...; any role reads /metrics.",
+        nargs="append",
+    )
+    jwt_issuer: str | None = knob(
+        None, "OIDC issuer (iss) of control-plane JWTs; needs --jwt-audience."
+    )
+    jwt_audience: str | None = knob(None, "Audience (aud) control-plane JWTs must carry.")
+    jwt_jwks_uri: str | None = knob(
+        None,
+        "The issuer's signing keys (JWKS): an https:// URL, a file path or file:// URL. Default: "
+        "discovered from <issuer>/.well-known/openid-configuration.",
+    )
+    jwt_role_claim: str = knob(
+        "roles", "JWT claim holding the caller's role(s): a string or a list; a.b reads nested."
+    )
+    jwt_role_mapping: tuple[str, ...] = knob(
+        (),
+        "IDP_ROLE=admin|user (repeat the flag). Without any, claim values admin/user count as is.",
+        nargs="append",
+    )
+    disable_audit_logging: bool = knob(
+        False, "Log no control_plane_audit line per control-plane request."
+    )
+    trust_tenant_header: bool = knob(
+        False,
+        "Take the tenant from --tenant-header-name for shared-key and keyless callers (never "
+        "for tenant keys). Only behind a proxy that sets the header itself.",
+    )
+    tenant_header_name: str = knob(
+        "x-smg-tenant-id",
+        "Header naming the tenant with --trust-tenant-header (--rate-limit-tenant-header: "
+        "deprecated alias).",
+        aliases=("--rate-limit-tenant-header",),
+    )
+    cors_allowed_origins: tuple[str, ...] = knob(
+        (),
+        "Browser origins (scheme://host[:port]) allowed cross-origin: they get CORS headers and "
+        "pass the cross-site check (keyless requests and the control plane refuse other origins).",
+        nargs="*",
+    )
 
 
 @dataclass(frozen=True, slots=True)

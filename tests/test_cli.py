@@ -82,3 +82,26 @@ def test_sim_flags() -> None:
 
     sim = build_section(SimConfig, ns, "sim.")
     assert sim.port == 9 and sim.model == "m" and sim.failure_rate == 0.5
+
+
+def test_auth_flags_repeat_and_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = gateway_config_from(parse([])[1])
+    assert cfg.auth.tenant_api_keys == () and cfg.auth.jwt_role_claim == "roles"
+    assert cfg.auth.tenant_header_name == "x-smg-tenant-id" and not cfg.auth.trust_tenant_header
+    _, ns = parse(
+        [
+            "--tenant-api-key", "a:k1", "--tenant-api-key", "b:k2",
+            "--control-plane-api-keys", "ops:Ops team:admin:k3",
+            "--jwt-role-mapping", "G.Admin=admin", "--jwt-role-mapping", "G.User=user",
+            "--cors-allowed-origins", "https://a", "https://b",
+            "--rate-limit-tenant-header", "x-org",  # the deprecated spelling
+        ]
+    )  # fmt: skip
+    auth = gateway_config_from(ns).auth
+    assert auth.tenant_api_keys == ("a:k1", "b:k2")
+    assert auth.control_plane_api_keys == ("ops:Ops team:admin:k3",)  # a name may hold spaces
+    assert auth.jwt_role_mapping == ("G.Admin=admin", "G.User=user")
+    assert auth.cors_allowed_origins == ("https://a", "https://b")
+    assert auth.tenant_header_name == "x-org"
+    monkeypatch.setenv("SMG_TENANT_API_KEY", "a:k1,b:k2")
+    assert gateway_config_from(parse([])[1]).auth.tenant_api_keys == ("a:k1", "b:k2")

@@ -32,9 +32,10 @@ from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
 from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
 from smg.api.admission import Admission
+from smg.api.auth import AuthGate
 from smg.api.listeners import bound_port, start_metrics
 from smg.api.mesh_setup import GatewayMesh
-from smg.api.middleware import edge_middleware
+from smg.api.middleware import edge_middleware, metrics_middleware
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
 from smg.api.pd_grpc import GrpcPd
@@ -78,6 +79,7 @@ class Gateway:
         startup_workers(cfg)  # a malformed --prefill entry fails here, before anything starts
         self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
         self.clock: Clock = clock or LoopClock()
+        self.auth = AuthGate.from_config(cfg, self.clock.now)  # a bad auth flag fails here too
         self.rng = rng or random.Random()
         self.draining = False
         self.registry_cell: SnapshotCell[RegistrySnapshot] = SnapshotCell(RegistrySnapshot())
@@ -131,11 +133,12 @@ class Gateway:
         app = web.Application(
             client_max_size=srv.max_payload_size,
             middlewares=[
-                edge_middleware(self.cfg.server.api_key, self.metrics),
+                edge_middleware(self.auth, self.metrics),
                 *self.mesh.middlewares(),
             ],
             handler_args=None,
         )
+        self.auth.install(app)
         relay = HttpRelay(runner, backend)
         pd_routes = self._pd_routes(runner, backend)
         pipeline = PipelineRoutes(
@@ -323,8 +326,13 @@ class Gateway:
         )
         await site.start()
         self.bound_port = bound_port(site)
+        gate = [metrics_middleware(self.auth)]  # /metrics: a control-plane credential, any role
         metrics = await start_metrics(
-            cfg.observability, cfg.server.host, self.metrics.render, ssl_context=self.tls.server
+            cfg.observability,
+            cfg.server.host,
+            self.metrics.render,
+            gate,
+            ssl_context=self.tls.server,
         )
         metrics_runner = None
         if metrics is not None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -25,11 +26,13 @@ async def start_metrics(
     obs: ObservabilityConfig,
     server_host: str,
     render: Callable[[], bytes],
+    middlewares: Sequence[Any] = (),
     *,
     ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[web.AppRunner, int | None] | None:
-    """Serve `render()` at /metrics on the Prometheus listener (port 0 in the config: none), over
-    TLS with the gateway's certificate when it has one (metrics name workers and models)."""
+    """Serve `render()` at /metrics on the Prometheus listener (port 0 in the config: none),
+    behind `middlewares` (the auth gate: see smg/api/middleware.metrics_middleware), over TLS
+    with the gateway's certificate when it has one (metrics name workers and models)."""
     if obs.prometheus_port <= 0:
         return None
     host = obs.prometheus_host or ("::" if ":" in server_host else "0.0.0.0")
@@ -37,7 +40,7 @@ async def start_metrics(
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=render(), headers={"Content-Type": "text/plain; version=0.0.4"})
 
-    app = web.Application()
+    app = web.Application(middlewares=list(middlewares))
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -133,14 +133,7 @@ class GatewayMesh:
     def middlewares(self) -> list[Any]:
         if self.limiter is None:
             return []
-        return [
-            rate_limit_middleware(
-                self.limiter,
-                self.wall,
-                lambda: self.view.value.live_nodes,
-                self.cfg.rate_limit.rate_limit_tenant_header,
-            )
-        ]
+        return [rate_limit_middleware(self.limiter, self.wall, lambda: self.view.value.live_nodes)]
 
     def install(self, app: web.Application) -> None:
         if self.enabled:

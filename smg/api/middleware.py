@@ -1,8 +1,11 @@
-"""The one middleware every request passes: request id, API key, errors, metrics.
+"""The one middleware every request passes: request id, the auth gate, errors, metrics, audit.
 
+The gate (`smg/api/auth.py`) decides before the handler runs and leaves the caller in
+`request["principal"]`; every control-plane request then gets its audit line with the final status.
 Every client-visible failure leaves here in the OpenAI error shape with a stable code (and an
-`X-SMG-Error-Code` header); anything unexpected is logged once and answered 500, never a crash.
-A client that left is counted as 499 and not logged.
+`X-SMG-Error-Code` header), or in the flat `{"error", "code"}` shape of the /workers API; anything
+unexpected is logged once and answered 500, never a crash. A client that left is counted as 499
+and not logged.
 """
 
 from __future__ import annotations
@@ -11,43 +14,42 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 import structlog
 from aiohttp import web
 
 from smg import errors
+from smg.api import audit
+from smg.api.auth import AuthGate
 from smg.api.requests import new_request_id, request_id_of
+from smg.core.auth import AuthError, JwtCheck, RouteClass
+from smg.core.auth_keys import Principal
 from smg.metrics import Metrics
 
 log = structlog.get_logger("smg.gateway")
 
-_PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness", "/v1/models"})
 _ID_PREFIX = {"/v1/chat/completions": "chatcmpl-", "/v1/completions": "cmpl-"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def error_response(err: errors.ApiError, request_id: str) -> web.Response:
+def error_response(err: errors.ApiError, request_id: str, *, flat: bool = False) -> web.Response:
+    """The OpenAI error shape, or with `flat` the /workers API's `{"error": msg, "code": CODE}`."""
     headers = {"X-Request-Id": request_id, "X-SMG-Error-Code": err.code}
     if err.status == 503:
         headers["Retry-After"] = "1"
     elif err.status == 429:
         headers["Retry-After"] = "2"
     if err.status == 401:
-        headers["WWW-Authenticate"] = 'Bearer realm="data-plane"'
+        realm = err.realm if isinstance(err, AuthError) else "data-plane"
+        headers["WWW-Authenticate"] = f'Bearer realm="{realm}"'
+    body = orjson.dumps({"error": err.message, "code": err.code.upper()}) if flat else err.to_json()
     return web.Response(
-        body=err.to_json(), status=err.status, content_type="application/json", headers=headers
+        body=body, status=err.status, content_type="application/json", headers=headers
     )
 
 
-def check_key(request: web.Request, api_key: str) -> None:
-    auth = request.headers.get("Authorization")
-    if not auth or not auth.startswith("Bearer "):
-        raise errors.missing_api_key()
-    if auth[7:].strip() != api_key:
-        raise errors.wrong_api_key()
-
-
-def edge_middleware(api_key: str | None, metrics: Metrics) -> Any:
+def edge_middleware(gate: AuthGate, metrics: Metrics) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         loop_time = asyncio.get_running_loop().time
@@ -59,15 +61,25 @@ def edge_middleware(api_key: str | None, metrics: Metrics) -> Any:
         request["request_id"] = rid
         status = 500
         error_code = ""
+        cls = gate.route_class(request)
+        denied: Principal | None = None
         try:
-            if api_key is not None and path not in _PUBLIC_PATHS:
-                check_key(request, api_key)
-            resp = await handler(request)
+            pre = None
+            if cls is not None and cls is not RouteClass.PUBLIC:
+                principal = gate.decide(request, cls)
+                if isinstance(principal, JwtCheck):
+                    principal = await gate.verify(principal)
+                request["principal"] = principal
+            elif cls is None:
+                pre = gate.preflight(request)  # CORS, from an allowed origin
+            resp = await handler(request) if pre is None else pre
             status = resp.status
         except errors.ApiError as err:
-            resp = error_response(err, rid)
+            resp = error_response(err, rid, flat=path.startswith("/workers"))
             status = err.status
             error_code = err.code
+            if isinstance(err, AuthError):
+                denied = err.principal
         except web.HTTPException as exc:
             mapped = _http_exception_to_api(exc, request)
             resp = error_response(mapped, rid)
@@ -89,9 +101,30 @@ def edge_middleware(api_key: str | None, metrics: Metrics) -> Any:
             route = request.match_info.route.resource
             label = route.canonical if route is not None else "other"
             metrics.request_done(request.method, label, status, error_code, loop_time() - start)
+            if cls is RouteClass.ADMIN and gate.audit:
+                admitted = request.get("principal")
+                audit.record(request, status, admitted or denied, admitted is not None)
         if not resp.prepared and "X-Request-Id" not in resp.headers:
             resp.headers["X-Request-Id"] = rid
         return resp
+
+    return middleware
+
+
+def metrics_middleware(gate: AuthGate) -> Any:
+    """The Prometheus listener's gate: a control-plane credential of any role (loopback only
+    while none is configured)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.match_info.http_exception is None:
+            try:
+                principal = gate.decide(request, RouteClass.METRICS)
+                if isinstance(principal, JwtCheck):
+                    await gate.verify(principal)
+            except errors.ApiError as err:
+                return error_response(err, request_id_of(request) or "req-" + new_request_id())
+        return await handler(request)
 
     return middleware
 

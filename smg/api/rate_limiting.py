@@ -1,13 +1,15 @@
 """Per-caller rate limiting on the inference routes (`--rate-limit-tokens-per-second`).
 
-The caller is the tenant header's value, else a hash of the bearer token (raw keys are never
-written into replicated state), else "anonymous". The limiter is the mesh's cluster-wide one
-(`smg/mesh/rate_limit.py`); without a mesh it runs over a private document with one live node.
+The caller is the tenant of the credential the auth gate accepted (`request["principal"]`, see
+smg/core/auth_keys.py): a tenant key's tenant, a hash of the shared key (raw keys are never
+written into replicated state), `loopback`, or a trusted tenant header only with
+`--trust-tenant-header`. A header the client chooses freely never picks the bucket. The limiter
+is the mesh's cluster-wide one (`smg/mesh/rate_limit.py`); without a mesh it runs over a private
+document with one live node.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -29,26 +31,18 @@ INFERENCE_PATHS = frozenset(
 )
 
 
-def caller_of(request: web.Request, tenant_header: str) -> str:
-    tenant = request.headers.get(tenant_header)
-    if tenant:
-        return "t:" + tenant[:128]
-    auth = request.headers.get("Authorization", "")
-    if auth.startswith("Bearer ") and auth[7:].strip():
-        return "k:" + hashlib.sha256(auth[7:].strip().encode()).hexdigest()[:16]
-    return "anonymous"
+def caller_of(request: web.Request) -> str:
+    principal = request.get("principal")
+    return principal.tenant if principal is not None else "anonymous"
 
 
 def rate_limit_middleware(
-    limiter: ClusterRateLimiter,
-    wall: Callable[[], float],
-    live_nodes: Callable[[], int],
-    tenant_header: str,
+    limiter: ClusterRateLimiter, wall: Callable[[], float], live_nodes: Callable[[], int]
 ) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method == "POST" and request.path in INFERENCE_PATHS:
-            caller = caller_of(request, tenant_header)
+            caller = caller_of(request)
             now = wall()  # windows must line up across hosts: wall time, not monotonic
             if not limiter.try_acquire(caller, now, live_nodes()):
                 wait = limiter.retry_after_s(caller, now)

@@ -234,11 +234,7 @@ def _main(argv: Sequence[str] | None) -> int:
         logs.configure(cfg.observability.log_level, cfg.observability.log_json)
         from smg.api.gateway import Gateway
 
-        try:
-            run_until_signal(lambda stop: Gateway(cfg).run(stop))
-        except ConfigError as exc:  # one line saying what to set, not a traceback
-            print(f"smg: {exc}", file=sys.stderr)
-            return 2
+        run_until_signal(lambda stop: Gateway(cfg).run(stop))
         return 0
     if command == "sim":
         logs.configure("info")

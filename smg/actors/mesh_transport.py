@@ -166,7 +166,7 @@ class MeshTransport:
             return
         try:
             self._udp.sendto(data, split_addr(addr))
-        except (OSError, ValueError):
+        except (OSError, ValueError, OverflowError):
             self.stats.dropped["udp_send_error"] += 1
             return
         self.stats.bytes_out["udp"] += len(data)
@@ -248,10 +248,10 @@ class MeshTransport:
                 writer.close()
 
     async def _connect(self, addr: str) -> asyncio.StreamWriter | None:
-        host, port = split_addr(addr)
         try:
+            host, port = split_addr(addr)  # a gossiped address need not parse: never raise
             _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
-        except (OSError, TimeoutError):
+        except (OSError, TimeoutError, ValueError, OverflowError):
             return None
         hello = encode_frame(PushPull(self.node_id, self.advertise_addr, (), False), self.key)
         writer.write(hello)

@@ -15,6 +15,10 @@ its parts may not be Compounds. A stream frame is a 4-byte big-endian length the
 
 Everything a peer can send that is not a well-typed message raises :class:`CodecError` (the
 peer's fault); encoding an ill-formed message of our own raises ``ValueError`` (our fault).
+Every field is range-checked on the way in: sequence numbers are uint64, incarnations at most
+``MAX_INCARNATION`` (so refuting one, +1, still encodes), node ids and namespaces at most
+``MAX_NAME_BYTES`` of UTF-8, addresses non-empty and printable. The core only ever echoes values
+that passed these checks, so encoding our own messages cannot fail on anything a peer sent.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import msgpack
 
 from smg.mesh.messages import (
     MAX_COMPOUND_PARTS,
+    MAX_INCARNATION,
+    MAX_NAME_BYTES,
     Ack,
     Alive,
     Compound,
@@ -69,27 +75,29 @@ class CodecError(Exception):
 
 
 # --- the message table: one row per type; field kinds in dataclass field order -----------------
-Kind = Literal["uint", "str", "bytes", "bool", "updates"]
+# uint: uint64; inc: an incarnation (<= MAX_INCARNATION); name: a node id or namespace;
+# addr: a peer address (non-empty, printable, no blanks)
+Kind = Literal["uint", "inc", "name", "addr", "bytes", "bool", "updates"]
 
 _PACKET_TYPES: Final[dict[int, tuple[type, tuple[Kind, ...]]]] = {
-    1: (Ping, ("uint", "str")),
-    2: (PingReq, ("uint", "str", "str")),
+    1: (Ping, ("uint", "name")),
+    2: (PingReq, ("uint", "name", "addr")),
     3: (Ack, ("uint",)),
     4: (Nack, ("uint",)),
-    5: (Alive, ("str", "str", "uint")),
-    6: (Suspect, ("str", "uint", "str")),
-    7: (Dead, ("str", "uint", "str")),
-    8: (Leave, ("str", "uint")),
-    9: (Join, ("str", "str", "uint")),
+    5: (Alive, ("name", "addr", "inc")),
+    6: (Suspect, ("name", "inc", "name")),
+    7: (Dead, ("name", "inc", "name")),
+    8: (Leave, ("name", "inc")),
+    9: (Join, ("name", "addr", "inc")),
     10: (StateSync, ("updates",)),
     # 11 is Compound, handled apart: its one field is a list of messages.
 }
 _COMPOUND_TAG: Final = 11
 _UPDATE_TAGS: Final = frozenset({5, 6, 7, 8})
 _STREAM_TYPES: Final[dict[int, tuple[type, tuple[Kind, ...]]]] = {
-    20: (PushPull, ("str", "str", "updates", "bool")),
-    21: (DocVector, ("str", "bytes", "bool")),
-    22: (DocUpdate, ("str", "bytes")),
+    20: (PushPull, ("name", "addr", "updates", "bool")),
+    21: (DocVector, ("name", "bytes", "bool")),
+    22: (DocUpdate, ("name", "bytes")),
 }
 
 
@@ -108,16 +116,43 @@ _ENCODE_ROWS: Final = _rows(_PACKET_TYPES) | _rows(_STREAM_TYPES)
 _STREAM_TYPES_SET: Final = frozenset(cls for cls, _ in _STREAM_TYPES.values())
 
 
+def is_addr(value: str) -> bool:
+    """A usable peer address: non-empty, printable, no blanks. Whether it parses as host:port is
+    the transport's business (the simulated network uses bare names)."""
+    return bool(value) and value.isprintable() and not any(c.isspace() for c in value)
+
+
+def _problem(kind: Kind, value: Any) -> str | None:
+    """Why `value` is not a valid `kind` field, or None when it is (scalar kinds only)."""
+    match kind:
+        case "uint" | "inc":
+            top = MAX_INCARNATION if kind == "inc" else _UINT64_MAX
+            if type(value) is not int:
+                return f"expected {kind}, got {type(value).__name__}"
+            if not 0 <= value <= top:
+                return f"{kind} out of range: {value}"
+        case "name" | "addr":
+            if type(value) is not str:
+                return f"expected str, got {type(value).__name__}"
+            if len(value) > MAX_NAME_BYTES or len(value.encode()) > MAX_NAME_BYTES:
+                return f"{kind} longer than {MAX_NAME_BYTES} bytes"
+            if kind == "addr" and not is_addr(value):
+                return "not a usable address"
+        case "bytes" | "bool":
+            if type(value) is not (bytes if kind == "bytes" else bool):
+                return f"expected {kind}, got {type(value).__name__}"
+    return None
+
+
 # --- encoding ----------------------------------------------------------------------------------
 def _wire_value(kind: Kind, value: Any) -> Any:
-    if kind == "uint":
-        if type(value) is not int or not 0 <= value <= _UINT64_MAX:
-            raise ValueError(f"not a uint64: {value!r}")
-        return value
     if kind == "updates":
         if any(type(u) not in (Alive, Suspect, Dead, Leave) for u in value):
             raise ValueError("updates may hold only Alive, Suspect, Dead and Leave")
         return [_to_wire(u) for u in value]
+    problem = _problem(kind, value)
+    if problem is not None:
+        raise ValueError(f"{problem}: {value!r}"[:200])
     return value
 
 
@@ -205,25 +240,14 @@ def _open(data: bytes, key: bytes | None) -> Any:
 
 
 def _field(kind: Kind, value: Any) -> Any:
-    if kind == "uint":
-        if type(value) is not int or value < 0:  # msgpack yields at most 2**64 - 1
-            raise _malformed(f"expected uint, got {type(value).__name__}")
-        return value
-    if kind == "str":
-        if type(value) is not str:
-            raise _malformed(f"expected str, got {type(value).__name__}")
-        return value
-    if kind == "bytes":
-        if type(value) is not bytes:
-            raise _malformed(f"expected bytes, got {type(value).__name__}")
-        return value
-    if kind == "bool":
-        if type(value) is not bool:
-            raise _malformed(f"expected bool, got {type(value).__name__}")
-        return value
-    if type(value) is not list:
-        raise _malformed("expected a list of updates")
-    return tuple(_update(u) for u in value)
+    if kind == "updates":
+        if type(value) is not list:
+            raise _malformed("expected a list of updates")
+        return tuple(_update(u) for u in value)
+    problem = _problem(kind, value)
+    if problem is not None:
+        raise _malformed(problem)
+    return value
 
 
 def _build(table: dict[int, tuple[type, tuple[Kind, ...]]], obj: Any) -> Any:

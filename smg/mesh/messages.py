@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+# Incarnations only grow by refutation, one step per accusation: no honest cluster gets near 2^62.
+# The codec rejects larger values and the core ignores them, so refuting (incarnation + 1) can never
+# produce a number the wire cannot carry.
+MAX_INCARNATION = 2**62 - 1
+MAX_NAME_BYTES = 255  # node ids, addresses and namespace names on the wire (UTF-8 bytes)
+
 
 class State(StrEnum):
     ALIVE = "alive"

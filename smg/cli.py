@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from smg.config import GatewayConfig, SimConfig, replace_path
+from smg.config import ConfigError, GatewayConfig, SimConfig, replace_path
 
 COMMANDS = ("launch", "node", "sim", "dev")
 
@@ -197,7 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.configure(cfg.observability.log_level, cfg.observability.log_json)
         from smg.api.gateway import Gateway
 
-        run_until_signal(lambda stop: Gateway(cfg).run(stop))
+        try:
+            run_until_signal(lambda stop: Gateway(cfg).run(stop))
+        except ConfigError as exc:  # a config that cannot be served safely: one clear line
+            print(f"smg: {exc}", file=sys.stderr)
+            return 2
         return 0
     if command == "sim":
         logs.configure("info")

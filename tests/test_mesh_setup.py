@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import random
 
-from smg.api.mesh_setup import GatewayMesh, boot_epoch, seed_addrs
+import pytest
+
+from smg.api.mesh_setup import GatewayMesh, boot_epoch, mesh_keyring, seed_addrs
 from smg.clock import FakeClock
-from smg.config import GatewayConfig, MeshNodeConfig, replace_path
+from smg.config import ConfigError, GatewayConfig, MeshNodeConfig, replace_path
 from smg.mesh.config import MeshConfig
+from smg.mesh.keyring import Keyring
 from smg.mesh.membership import Membership, epoch_of
 from smg.mesh.messages import Alive
 from smg.mesh.replica import Replica
@@ -75,3 +78,67 @@ def test_compaction_keeps_a_dead_nodes_workers_served() -> None:
     mesh.compact_if_needed()  # releases the previous generation (its owner is not live)
     assert workers.previous_owners() == set()
     assert "http://gone-node-worker:8000" in mesh.directory.effective()
+
+
+# --- secure by default: the keyring gate ---------------------------------------------------------
+KEY = "a-cluster-key-of-24-chars"
+
+
+def mesh_cfg(**changes: object) -> MeshNodeConfig:
+    return replace_path(GatewayConfig(), "mesh", enable_mesh=True, **changes).mesh
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "gw.internal"])
+def test_a_mesh_beyond_loopback_needs_a_key(host: str) -> None:
+    with pytest.raises(ConfigError, match="--cluster-key") as err:
+        mesh_keyring(mesh_cfg(mesh_host=host))
+    assert "\n" not in str(err.value)  # one clear line
+    assert mesh_keyring(mesh_cfg(mesh_host=host, mesh_insecure=True)) is None
+    assert isinstance(mesh_keyring(mesh_cfg(mesh_host=host, cluster_key=KEY)), Keyring)
+
+
+def test_a_loopback_mesh_may_run_keyless() -> None:
+    assert mesh_keyring(mesh_cfg(mesh_host="127.0.0.9")) is None
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"cluster_key": "short-key"},
+        {"cluster_key": "a key with blanks 0123"},
+        {"cluster_key": KEY, "cluster_key_secondary": ("short",)},
+        {"cluster_key_secondary": (KEY,)},
+        {"cluster_key": KEY, "cluster_key_secondary": tuple(f"{KEY}-{i}" for i in range(9))},
+    ],
+)
+def test_bad_keys_are_refused_without_echoing_them(changes: dict[str, object]) -> None:
+    with pytest.raises(ConfigError) as err:
+        mesh_keyring(mesh_cfg(mesh_host="10.0.0.5", **changes))
+    for value in [changes.get("cluster_key"), *changes.get("cluster_key_secondary", ())]:  # type: ignore[misc]
+        assert not value or str(value) not in str(err.value)
+
+
+def test_secondary_keys_split_on_commas_and_repeats() -> None:
+    ring = mesh_keyring(
+        mesh_cfg(cluster_key=KEY, cluster_key_secondary=(f"{KEY}-b,{KEY}-c", f"{KEY}-d"))
+    )
+    assert ring is not None and len(ring) == 4
+    sealed = Keyring(f"{KEY}-c").seal(b"p", b"x")
+    assert ring.open(b"p", sealed) == b"x"
+
+
+def test_the_cli_exits_with_one_line_for_an_unsafe_mesh(capsys: pytest.CaptureFixture[str]) -> None:
+    from smg.cli import main
+
+    assert main(["node", "--mesh-host", "0.0.0.0", "--port", "0", "--prometheus-port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--cluster-key" in err[0] and "--mesh-insecure" in err[0]
+
+
+@pytest.mark.parametrize("name", ["a/b", "has space", "", "x" * 201])
+def test_server_names_that_cannot_be_owner_prefixes_are_refused(name: str) -> None:
+    cfg = replace_path(
+        GatewayConfig(), "mesh", enable_mesh=True, mesh_host="127.0.0.7", mesh_server_name=name
+    )
+    with pytest.raises(ConfigError, match="--mesh-server-name"):
+        GatewayMesh(cfg, FakeClock(), random.Random(0))

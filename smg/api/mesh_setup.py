@@ -3,6 +3,11 @@
 `GatewayMesh` is built from the config tree. With `--enable-mesh` (or `smg node`) it runs a
 `MeshNode` (membership + replication) and a `MeshSyncActor` (worker registry <-> directory);
 with `--rate-limit-tokens-per-second` alone it still rate-limits, over a private document.
+
+Secure by default: a mesh bound beyond loopback refuses to start without `--cluster-key`
+(`ConfigError`, one line saying what to set); `--mesh-insecure` is the only way around, and it
+logs a warning every minute while the mesh runs. A keyless loopback mesh reads nothing that does
+not come from loopback.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.api.mesh_routes import MeshCollector, MeshRoutes
 from smg.api.rate_limiting import rate_limit_middleware
 from smg.clock import Clock
-from smg.config import GatewayConfig, MeshNodeConfig
+from smg.config import ConfigError, GatewayConfig, MeshNodeConfig
 from smg.mesh.cache_summary import CacheSummaries
-from smg.mesh.config import MeshConfig
+from smg.mesh.config import MeshConfig, is_loopback
+from smg.mesh.keyring import MAX_KEYS, MIN_SECRET_CHARS, Keyring
 from smg.mesh.rate_limit import ClusterRateLimiter
 from smg.mesh.replica import Replica
 from smg.mesh.worker_records import HybridClock, WorkerDirectory
@@ -40,6 +46,48 @@ log = structlog.get_logger("smg.mesh")
 
 WORKERS, RATE_LIMITS, CACHE = "workers", "rate_limits", "cache"
 COMPACT_CHECK_INTERVAL_S = 60.0  # Replica.stats() rebuilds a document: not on every tick
+INSECURE_WARNING_INTERVAL_S = 60.0
+MAX_SERVER_NAME_CHARS = 200  # the node id (name@epoch.fingerprint) must fit a wire name
+
+
+def mesh_keyring(cfg: MeshNodeConfig) -> Keyring | None:
+    """The keyring of --cluster-key (primary) and --cluster-key-secondary, or None for a keyless
+    mesh, which only loopback or --mesh-insecure allows. Raises ConfigError (never naming a key)
+    for a mesh that cannot run safely."""
+    secondary = [k for entry in cfg.cluster_key_secondary for k in entry.replace(",", " ").split()]
+    if cfg.cluster_key is None:
+        if secondary:
+            raise ConfigError("--cluster-key-secondary needs --cluster-key (the primary key)")
+        if not is_loopback(cfg.mesh_host) and not cfg.mesh_insecure:
+            raise ConfigError(
+                f"the mesh listens on {cfg.mesh_host or '0.0.0.0'}, beyond loopback: set "
+                "--cluster-key (the same random secret of 16+ characters on every node, e.g. "
+                "`openssl rand -base64 32`), or --mesh-insecure to run it unencrypted"
+            )
+        return None
+    keys = [cfg.cluster_key, *secondary]
+    if any(len(k) < MIN_SECRET_CHARS or any(c.isspace() or c == "," for c in k) for k in keys):
+        raise ConfigError(
+            f"every mesh key (--cluster-key, --cluster-key-secondary) needs {MIN_SECRET_CHARS}+ "
+            "characters and no blanks or commas (e.g. `openssl rand -base64 32`)"
+        )
+    if len(set(keys)) > MAX_KEYS:
+        raise ConfigError(f"at most {MAX_KEYS} mesh keys (one primary, the rest secondary)")
+    return Keyring(cfg.cluster_key, secondary)
+
+
+def check_server_name(cfg: MeshNodeConfig) -> None:
+    name = cfg.mesh_server_name
+    if name is not None and (
+        not name
+        or len(name) > MAX_SERVER_NAME_CHARS
+        or not name.isprintable()
+        or any(c.isspace() or c == "/" for c in name)
+    ):
+        raise ConfigError(
+            f"--mesh-server-name must be 1-{MAX_SERVER_NAME_CHARS} printable characters "
+            "without blanks or '/'"
+        )
 
 
 def node_name(cfg: MeshNodeConfig, advertise_host: str) -> str:
@@ -90,6 +138,12 @@ class GatewayMesh:
         self.wall = wall  # rate-limit windows and HLC stamps: comparable across hosts
         self.enabled = cfg.mesh.enable_mesh
         mc = cfg.mesh
+        self.keyring = mesh_keyring(mc) if self.enabled else None
+        if self.enabled:
+            check_server_name(mc)
+        # keyless beyond loopback: only with --mesh-insecure (mesh_keyring refused otherwise)
+        self.insecure = self.enabled and self.keyring is None and not is_loopback(mc.mesh_host)
+        self._next_insecure_warning_s = 0.0
         self.advertise = advertise_host(mc) if self.enabled else "local"
         self.node_id = f"{node_name(mc, self.advertise)}@{boot_epoch(wall)}"
         self.rng = rng
@@ -193,12 +247,13 @@ class GatewayMesh:
             seeds=self._seeds(),
             swim_cfg=MeshConfig.profile(mc.mesh_profile),
             replicas=self.replicas,
-            key=mc.cluster_key.encode() if mc.cluster_key else None,
+            keyring=self.keyring,
             rng=random.Random(self.rng.random()),
             view=self.view,
             on_doc_change=self._doc_changed,
             before_tick=self._flush,
             faults=self.faults,
+            allow_remote=True if self.insecure else None,
         )
         self._node = node
         return node
@@ -214,6 +269,14 @@ class GatewayMesh:
         return list(dict.fromkeys([*seed_addrs(self.cfg.mesh), *seen]))
 
     def _flush(self, now: float) -> None:
+        if self.insecure and now >= self._next_insecure_warning_s:
+            self._next_insecure_warning_s = now + INSECURE_WARNING_INTERVAL_S
+            log.warning(
+                "mesh_insecure",
+                mesh_host=self.cfg.mesh.mesh_host,
+                detail="the mesh is unencrypted and unauthenticated: anyone who reaches "
+                "this port joins the cluster and reads its state; set --cluster-key",
+            )
         if self.limiter is not None:
             self.limiter.flush(self.wall())
         if now >= self._next_cache_publish_s:

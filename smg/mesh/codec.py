@@ -2,12 +2,13 @@
 
 Packet layout::
 
-    version:1  [mac:16]  payload:msgpack
+    version:1  payload:msgpack                          (no cluster key: loopback only)
+    version:1  nonce:12  AES-256-GCM(payload)  tag:16    (keyed: see keyring.py)
 
 The version byte holds the wire version in its low 7 bits and, in its high bit, whether the
-packet carries a MAC. The MAC (present exactly when the cluster has a key) is HMAC-SHA256 over
-version+payload, truncated to 16 bytes. Flagging keyed packets in the version byte makes a key
-mismatch in either direction a clean ``bad_mac`` instead of a parse of the MAC as msgpack.
+packet is encrypted. The associated data of the encryption is the version byte plus the channel
+(datagram or stream frame). Flagging keyed packets in the version byte makes a key mismatch in
+either direction a clean ``bad_mac`` instead of a parse of ciphertext as msgpack.
 
 Each message is a compact msgpack array ``[type_tag, field, ...]`` in dataclass field order;
 updates lists (StateSync, PushPull) hold update arrays; Compound is ``[tag, [part, ...]]`` and
@@ -24,18 +25,18 @@ that passed these checks, so encoding our own messages cannot fail on anything a
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import struct
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import msgpack
 
+from smg.mesh.keyring import SEAL_OVERHEAD, Keyring
 from smg.mesh.messages import (
     MAX_COMPOUND_PARTS,
     MAX_INCARNATION,
     MAX_NAME_BYTES,
+    PACKET_ENVELOPE_BYTES,
     Ack,
     Alive,
     Compound,
@@ -55,9 +56,12 @@ from smg.mesh.messages import (
     Update,
 )
 
-WIRE_VERSION: Final = 1
+WIRE_VERSION: Final = 2  # 1 was HMAC-SHA256 over plaintext
 KEYED_FLAG: Final = 0x80
-MAC_BYTES: Final = 16
+SEAL_BYTES: Final = SEAL_OVERHEAD  # what a key adds to each packet and frame
+assert PACKET_ENVELOPE_BYTES == 1 + SEAL_BYTES, "messages.PACKET_ENVELOPE_BYTES is stale"
+_PACKET_AAD: Final = b"p"
+_FRAME_AAD: Final = b"f"
 MAX_PACKET_BYTES: Final = 65_507  # largest UDP payload over IPv4
 MAX_FRAME_BYTES: Final = 8 * 1024 * 1024
 _UINT64_MAX: Final = 2**64 - 1
@@ -167,35 +171,31 @@ def _to_wire(msg: Message | StreamMessage) -> list[Any]:
     return [tag, *(_wire_value(k, getattr(msg, n)) for n, k in zip(names, kinds, strict=True))]
 
 
-def _mac(key: bytes, version_and_payload: bytes) -> bytes:
-    return hmac.new(key, version_and_payload, hashlib.sha256).digest()[:MAC_BYTES]
-
-
-def _seal(obj: list[Any], key: bytes | None) -> bytes:
+def _seal(obj: list[Any], keyring: Keyring | None, channel: bytes) -> bytes:
     payload: bytes = msgpack.packb(obj, use_bin_type=True)
-    if key is None:
+    if keyring is None:
         return bytes((WIRE_VERSION,)) + payload
     version = bytes((WIRE_VERSION | KEYED_FLAG,))
-    return version + _mac(key, version + payload) + payload
+    return version + keyring.seal(version + channel, payload)
 
 
-def encode_packet(msg: Message, key: bytes | None) -> bytes:
-    """One UDP datagram for `msg`; signed when the cluster has a `key`."""
+def encode_packet(msg: Message, keyring: Keyring | None) -> bytes:
+    """One UDP datagram for `msg`; encrypted when the cluster has a keyring."""
     if type(msg) in _STREAM_TYPES_SET:
         raise ValueError(f"{type(msg).__name__} is a stream message; use encode_frame")
-    return _seal(_to_wire(msg), key)
+    return _seal(_to_wire(msg), keyring, _PACKET_AAD)
 
 
-def encode_frame(msg: StreamMessage, key: bytes | None) -> bytes:
+def encode_frame(msg: StreamMessage, keyring: Keyring | None) -> bytes:
     """One length-prefixed TCP frame for `msg`."""
     if type(msg) not in _STREAM_TYPES_SET:
         raise ValueError(f"{type(msg).__name__} is a packet message; use encode_packet")
-    body = _seal(_to_wire(msg), key)
+    body = _seal(_to_wire(msg), keyring, _FRAME_AAD)
     return _LEN.pack(len(body)) + body
 
 
 def encoded_size(msg: Message) -> int:
-    """Exact length of `encode_packet(msg, None)`; a keyed packet is MAC_BYTES longer."""
+    """Exact length of `encode_packet(msg, None)`; a keyed packet is SEAL_BYTES longer."""
     return len(encode_packet(msg, None))
 
 
@@ -204,24 +204,24 @@ def _malformed(detail: str) -> CodecError:
     return CodecError("malformed", detail)
 
 
-def _open(data: bytes, key: bytes | None) -> Any:
-    """Check version and MAC, then unpack the payload into plain msgpack objects."""
+def _open(data: bytes, keyring: Keyring | None, channel: bytes) -> Any:
+    """Check the version, decrypt and authenticate, then unpack the payload into plain msgpack
+    objects."""
     if not data:
         raise _malformed("empty")
     version = data[0]
     if version & ~KEYED_FLAG != WIRE_VERSION:
         raise CodecError("bad_version", f"version byte {version:#04x}")
     keyed = bool(version & KEYED_FLAG)
-    if keyed != (key is not None):
-        raise CodecError("bad_mac", "keyed packet without a key" if keyed else "unsigned packet")
-    start = 1
-    if key is not None:
-        start = 1 + MAC_BYTES
-        if len(data) < start or not hmac.compare_digest(
-            data[1:start], _mac(key, data[:1] + data[start:])
-        ):
+    if keyed != (keyring is not None):
+        raise CodecError("bad_mac", "encrypted packet without a key" if keyed else "plaintext")
+    if keyring is None:
+        payload = data[1:]
+    else:
+        opened = keyring.open(data[:1] + channel, data[1:])
+        if opened is None:
             raise CodecError("bad_mac")
-    payload = data[start:]
+        payload = opened
     limit = len(payload)
     try:
         return msgpack.unpackb(
@@ -283,16 +283,18 @@ def _message(obj: Any, *, nested: bool) -> Message:
     return msg
 
 
-def decode_packet(data: bytes, key: bytes | None, max_bytes: int = MAX_PACKET_BYTES) -> Message:
+def decode_packet(
+    data: bytes, keyring: Keyring | None, max_bytes: int = MAX_PACKET_BYTES
+) -> Message:
     """The message in one UDP datagram; raises CodecError for anything else."""
     if len(data) > max_bytes:
         raise CodecError("too_large", f"{len(data)} > {max_bytes} bytes")
-    return _message(_open(data, key), nested=False)
+    return _message(_open(data, keyring, _PACKET_AAD), nested=False)
 
 
-def decode_frame_body(body: bytes, key: bytes | None) -> StreamMessage:
+def decode_frame_body(body: bytes, keyring: Keyring | None) -> StreamMessage:
     """The message in one frame's body (the bytes after the length prefix)."""
-    msg: StreamMessage = _build(_STREAM_TYPES, _open(body, key))
+    msg: StreamMessage = _build(_STREAM_TYPES, _open(body, keyring, _FRAME_AAD))
     return msg
 
 
@@ -305,10 +307,10 @@ class FrameDecoder:
     caller closes the connection anyway).
     """
 
-    __slots__ = ("_buf", "_error", "_key", "_max")
+    __slots__ = ("_buf", "_error", "_keyring", "_max")
 
-    def __init__(self, key: bytes | None, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
-        self._key = key
+    def __init__(self, keyring: Keyring | None, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self._keyring = keyring
         self._max = max_frame_bytes
         self._buf = bytearray()
         self._error: CodecError | None = None
@@ -340,7 +342,7 @@ class FrameDecoder:
             end = pos + _LEN.size + size
             if len(buf) < end:
                 break
-            out.append(decode_frame_body(bytes(buf[pos + _LEN.size : end]), self._key))
+            out.append(decode_frame_body(bytes(buf[pos + _LEN.size : end]), self._keyring))
             pos = end
         del buf[:pos]
         return out

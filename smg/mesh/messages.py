@@ -10,6 +10,9 @@ from enum import StrEnum
 # produce a number the wire cannot carry.
 MAX_INCARNATION = 2**62 - 1
 MAX_NAME_BYTES = 255  # node ids, addresses and namespace names on the wire (UTF-8 bytes)
+# What the codec wraps around a packet's msgpack payload at most: the version byte, then the
+# nonce and tag of the encryption (codec.py checks this against keyring.SEAL_OVERHEAD).
+PACKET_ENVELOPE_BYTES = 1 + 12 + 16
 
 
 class State(StrEnum):
@@ -170,7 +173,8 @@ _INT = 9  # the widest msgpack integer
 
 
 def approx_size(msg: Message) -> int:
-    """An upper bound of the encoded size (without the MAC): cheap, for packet budgets."""
+    """An upper bound of the encoded payload size (without PACKET_ENVELOPE_BYTES): cheap, for
+    packet budgets."""
     match msg:
         case Compound(parts):
             return 4 + sum(approx_size(p) for p in parts)

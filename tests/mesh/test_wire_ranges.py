@@ -33,7 +33,7 @@ SELF, PEER = "self@1", "peer@1"
 
 
 def _raw(obj: object) -> bytes:
-    return b"\x01" + msgpack.packb(obj, use_bin_type=True)
+    return b"\x02" + msgpack.packb(obj, use_bin_type=True)
 
 
 @pytest.mark.parametrize("inc", [MAX_INCARNATION + 1, 2**63, 2**64 - 1])
@@ -113,7 +113,7 @@ def test_structured_fuzz_decodes_or_raises_codec_error(tag: int, fields: list[ob
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_decode_or_raise_codec_error(data: bytes) -> None:
-    for framed in (data, b"\x01" + data):
+    for framed in (data, b"\x02" + data):
         try:
             msg = decode_packet(framed, None)
         except CodecError:

@@ -10,6 +10,7 @@ from smg.api.mesh_setup import GatewayMesh, boot_epoch, mesh_keyring, seed_addrs
 from smg.clock import FakeClock
 from smg.config import ConfigError, GatewayConfig, MeshNodeConfig, replace_path
 from smg.mesh.config import MeshConfig
+from smg.mesh.identity import NodeIdentity, fingerprint, fingerprint_of
 from smg.mesh.keyring import Keyring
 from smg.mesh.membership import Membership, epoch_of
 from smg.mesh.messages import Alive
@@ -26,7 +27,9 @@ def mesh_at(wall_s: float) -> GatewayMesh:
 
 def test_a_restart_gets_a_newer_epoch_that_replaces_its_past_life() -> None:
     first, second = mesh_at(1_795_000_000.123), mesh_at(1_795_000_007.5)
-    assert first.node_id == "127.0.0.7-39527@1795000000123"
+    # name@epoch.fingerprint: the fingerprint names this boot's signing key
+    assert first.node_id.startswith("127.0.0.7-39527@1795000000123.")
+    assert fingerprint_of(first.node_id) == fingerprint(first.identity.public_key)
     assert epoch_of(second.node_id) > epoch_of(first.node_id)
     peer = Membership("peer@1", "127.0.0.8:39527", MeshConfig.test(), random.Random(0))
     peer.merge(0.0, (Alive(first.node_id, "127.0.0.7:39527", 3),))
@@ -50,22 +53,22 @@ def test_compaction_bounds_tombstones_and_keeps_live_items() -> None:
     cache = mesh.replicas["cache"]
     for round_ in range(40):  # interleaved overwrites of many keys: tombstones that never merge
         for i in range(200):
-            cache.put(f"c/http://w{i}", [f"prefix {round_}"])
+            cache.put(f"c/http://w{i}", round_.to_bytes(8, "big"))
     before = cache.stats()
     assert before["tombstone_bytes"] > 64 * 1024
     assert mesh.compact_if_needed() == ["cache"]
     after = cache.stats()
     assert after["generation"] == 1 and after["tombstone_bytes"] < 1024
-    assert cache.get(f"{mesh.node_id}/c/http://w7") == ["prefix 39"]
+    assert cache.get(f"{mesh.node_id}/c/http://w7") == (39).to_bytes(8, "big")
     assert mesh.compact_if_needed() == []  # nothing left to gain
 
 
 def test_compaction_keeps_a_dead_nodes_workers_served() -> None:
     mesh = mesh_at(1_795_000_000.0)
     mesh.compact_min_tombstone_bytes = 0
-    dead = Replica("workers", "dead@1", random.Random(5))
-    WorkerDirectory(dead, "dead@1").publish_add(
-        "http://gone-node-worker:8000", {"url": "http://gone-node-worker:8000"}, (1, 0, "dead@1")
+    dead = Replica("workers", NodeIdentity.generate("dead@1", random.Random(5)))
+    WorkerDirectory(dead, dead.owner).publish_add(
+        "http://gone-node-worker:8000", {"url": "http://gone-node-worker:8000"}, (1, 0, dead.owner)
     )
     workers = mesh.replicas["workers"]
     workers.apply(dead.diff(workers.state_vector()))
@@ -74,7 +77,7 @@ def test_compaction_keeps_a_dead_nodes_workers_served() -> None:
             f"http://w{i % 30}", {"url": f"http://w{i % 30}"}, (2 + i, 0, mesh.node_id)
         )
     assert "http://gone-node-worker:8000" in mesh.directory.effective()
-    assert mesh.compact_if_needed() == ["workers"]  # "dead@1" is not a live member
+    assert mesh.compact_if_needed() == ["workers"]  # the dead node is not a live member
     mesh.compact_if_needed()  # releases the previous generation (its owner is not live)
     assert workers.previous_owners() == set()
     assert "http://gone-node-worker:8000" in mesh.directory.effective()

@@ -212,6 +212,9 @@ class MeshNode(Actor):
     # --- status ---------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         stats = self.transport.stats
+        rejected: dict[str, dict[str, int]] = {}
+        for (namespace, reason), n in self.replication.rejected.items():
+            rejected.setdefault(namespace, {})[reason] = n
         return {
             "node_id": self.node_id,
             "addr": self.advertise_addr,
@@ -231,5 +234,6 @@ class MeshNode(Actor):
             "bytes_in": dict(stats.bytes_in),
             "bytes_out": dict(stats.bytes_out),
             "dropped": dict(stats.dropped),
-            "rejected_updates": self.replication.rejected,
+            "rejected_updates": sum(self.replication.rejected.values()),
+            "rejected_writes": rejected,
         }

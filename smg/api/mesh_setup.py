@@ -34,13 +34,16 @@ from smg.api.mesh_routes import MeshCollector, MeshRoutes
 from smg.api.rate_limiting import rate_limit_middleware
 from smg.clock import Clock
 from smg.config import ConfigError, GatewayConfig, MeshNodeConfig
+from smg.mesh import cache_summary, rate_limit, worker_records
 from smg.mesh.cache_summary import CacheSummaries
 from smg.mesh.config import MeshConfig, is_loopback
+from smg.mesh.identity import NodeIdentity
 from smg.mesh.keyring import MAX_KEYS, MIN_SECRET_CHARS, Keyring
 from smg.mesh.rate_limit import ClusterRateLimiter
 from smg.mesh.replica import Replica
 from smg.mesh.worker_records import HybridClock, WorkerDirectory
 from smg.pipeline.policies.cache_aware import CacheAwareState
+from smg.pipeline.prefix_hints import block_hashes
 
 log = structlog.get_logger("smg.mesh")
 
@@ -145,16 +148,21 @@ class GatewayMesh:
         self.insecure = self.enabled and self.keyring is None and not is_loopback(mc.mesh_host)
         self._next_insecure_warning_s = 0.0
         self.advertise = advertise_host(mc) if self.enabled else "local"
-        self.node_id = f"{node_name(mc, self.advertise)}@{boot_epoch(wall)}"
+        # a fresh signing key pair per boot; the node id names its public key
+        self.identity = NodeIdentity.generate(f"{node_name(mc, self.advertise)}@{boot_epoch(wall)}")
+        self.node_id = self.identity.node_id
         self.rng = rng
-        doc_rng = random.Random(random.SystemRandom().getrandbits(64))  # pycrdt client ids
         self.replicas = {
-            WORKERS: Replica(WORKERS, self.node_id, doc_rng),
-            RATE_LIMITS: Replica(RATE_LIMITS, self.node_id, doc_rng),
-            CACHE: Replica(CACHE, self.node_id, doc_rng),
+            name: Replica(name, self.identity, validate)
+            for name, validate in (
+                (WORKERS, worker_records.valid_value),
+                (RATE_LIMITS, rate_limit.valid_value),
+                (CACHE, cache_summary.valid_value),
+            )
         }
         self.summaries = CacheSummaries(self.replicas[CACHE], self.node_id)
-        self.cache_state: CacheAwareState | None = None  # set when the policy is cache-aware
+        self._cache_state: CacheAwareState | None = None
+        self._summary_hashes: dict[tuple[str, str | tuple[int, ...]], list[bytes]] = {}
         self._registry_cell: SnapshotCell[RegistrySnapshot] | None = None
         self._next_cache_publish_s = 0.0
         # summaries are hints: refreshed a few times per push-pull period (5 s on the LAN profile)
@@ -163,9 +171,7 @@ class GatewayMesh:
         )
         self._seeded: dict[str, bytes] = {}  # summary key -> the bytes we last seeded from
         self._next_compact_check_s = 0.0
-        self.compact_min_tombstone_bytes = (
-            64 * 1024
-        )  # url -> hash of the summaries last seeded from
+        self.compact_min_tombstone_bytes = 64 * 1024
         self.view: SnapshotCell[MeshView] = SnapshotCell(MeshView(self.node_id, self.advertise))
         self.hlc = HybridClock(wall, self.node_id)
         self.directory = WorkerDirectory(self.replicas[WORKERS], self.node_id, clock=self.hlc)
@@ -182,6 +188,18 @@ class GatewayMesh:
         self._node: MeshNode | None = None
         self._node_ref: ActorRef | None = None
         self._sync: ActorRef | None = None
+
+    @property
+    def cache_state(self) -> CacheAwareState | None:
+        """The cache-aware policy's state (set when the policy is cache-aware)."""
+        return self._cache_state
+
+    @cache_state.setter
+    def cache_state(self, state: CacheAwareState | None) -> None:
+        self._cache_state = state
+        if state is not None and self.keyring is not None:
+            # summary hashes are keyed by the cluster: a prompt cannot be confirmed by guessing
+            state.hints.secret = self.keyring.derive(b"smg cache summary hashes")
 
     # --- the request path -----------------------------------------------------------------------
     def middlewares(self) -> list[Any]:
@@ -324,25 +342,36 @@ class GatewayMesh:
         return self._registry_cell.value.workers if self._registry_cell is not None else ()
 
     def _publish_cache_summaries(self) -> None:
+        """Hashes of what we routed to each worker, never the prompts (prefix_hints.py)."""
         state = self.cache_state
         if state is None:
             return
+        memo, fresh = self._summary_hashes, {}
         for w in self._workers():
             recent = state.recent(w.worker_id)
-            if recent:  # an unchanged summary writes nothing (Replica.put skips equal values)
-                self.summaries.publish(
-                    w.url, [p if isinstance(p, str) else list(p) for p in recent]
-                )
+            if not recent:
+                continue
+            model = w.model_id or ""
+            hashes: list[bytes] = []
+            for prefix in recent:
+                h = memo.get((model, prefix))
+                if h is None:
+                    h = block_hashes(model, prefix, state.hints.secret)
+                fresh[(model, prefix)] = h
+                hashes += h
+            # an unchanged summary writes nothing (Replica.put skips equal values)
+            self.summaries.publish(w.url, hashes)
+        self._summary_hashes = fresh  # bounded by what the workers' recent lists hold
 
     def _seed_from_summaries(self) -> None:
         state = self.cache_state
         if state is None:
             return
-        by_url = {w.url: w for w in self._workers() if w.model_id is not None}
-        for url, prefixes in self.summaries.changed(self._seeded):
+        by_url = {w.url: w for w in self._workers()}
+        for url, hashes in self.summaries.changed(self._seeded):
             w = by_url.get(url)
-            if w is not None and w.model_id is not None:
-                state.seed(w.model_id, w.worker_id, prefixes, self.clock.now())
+            if w is not None:
+                state.hints.learn(w.worker_id, hashes)
 
     # --- announcements from this node's API and command line ------------------------------------
     def announce_add(self, msg: AddWorker, snap: WorkerSnapshot) -> None:

@@ -73,8 +73,12 @@ class SimNet:
         return self.links.cut
 
     # --- membership of the simulation --------------------------------------------------------
+    def node_id(self, addr: str, epoch: int | None) -> str:
+        """The id of a new process at `addr` (StateNet's carry a key fingerprint too)."""
+        return addr if epoch is None else f"{addr}@{epoch}"
+
     def add(self, addr: str, seeds: tuple[str, ...] = (), epoch: int | None = None) -> SwimNode:
-        node_id = addr if epoch is None else f"{addr}@{epoch}"
+        node_id = self.node_id(addr, epoch)
         node = SwimNode(node_id, addr, self.cfg, random.Random(self.rng.random()))
         self.nodes[addr] = node
         self.down.discard(addr)

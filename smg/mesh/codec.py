@@ -123,7 +123,8 @@ _STREAM_TYPES_SET: Final = frozenset(cls for cls, _ in _STREAM_TYPES.values())
 def is_addr(value: str) -> bool:
     """A usable peer address: non-empty, printable, no blanks. Whether it parses as host:port is
     the transport's business (the simulated network uses bare names)."""
-    return bool(value) and value.isprintable() and not any(c.isspace() for c in value)
+    # isprintable() is False for every blank but the ASCII space
+    return bool(value) and value.isprintable() and " " not in value
 
 
 def _problem(kind: Kind, value: Any) -> str | None:
@@ -138,7 +139,8 @@ def _problem(kind: Kind, value: Any) -> str | None:
         case "name" | "addr":
             if type(value) is not str:
                 return f"expected str, got {type(value).__name__}"
-            if len(value) > MAX_NAME_BYTES or len(value.encode()) > MAX_NAME_BYTES:
+            size = len(value) if value.isascii() else len(value.encode())
+            if size > MAX_NAME_BYTES:
                 return f"{kind} longer than {MAX_NAME_BYTES} bytes"
             if kind == "addr" and not is_addr(value):
                 return "not a usable address"

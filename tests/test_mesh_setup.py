@@ -130,14 +130,6 @@ def test_secondary_keys_split_on_commas_and_repeats() -> None:
     assert ring.open(b"p", sealed) == b"x"
 
 
-def test_the_cli_exits_with_one_line_for_an_unsafe_mesh(capsys: pytest.CaptureFixture[str]) -> None:
-    from smg.cli import main
-
-    assert main(["node", "--mesh-host", "0.0.0.0", "--port", "0", "--prometheus-port", "0"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--cluster-key" in err[0] and "--mesh-insecure" in err[0]
-
-
 @pytest.mark.parametrize("name", ["a/b", "has space", "", "x" * 201])
 def test_server_names_that_cannot_be_owner_prefixes_are_refused(name: str) -> None:
     cfg = replace_path(
@@ -145,3 +137,38 @@ def test_server_names_that_cannot_be_owner_prefixes_are_refused(name: str) -> No
     )
     with pytest.raises(ConfigError, match="--mesh-server-name"):
         GatewayMesh(cfg, FakeClock(), random.Random(0))
+
+
+def test_an_insecure_mesh_warns_every_minute_while_it_runs() -> None:
+    from structlog.testing import capture_logs
+
+    cfg = replace_path(
+        GatewayConfig(), "mesh", enable_mesh=True, mesh_host="0.0.0.0", mesh_insecure=True
+    )
+    mesh = GatewayMesh(cfg, FakeClock(), random.Random(0), wall=lambda: 1_795_000_000.0)
+    assert mesh.insecure and mesh.keyring is None
+    with capture_logs() as logs:
+        for now in (0.0, 1.0, 30.0, 59.9, 60.0, 61.0, 120.5):
+            mesh._flush(now)
+    assert [e["event"] for e in logs].count("mesh_insecure") == 3  # at 0, 60 and 120.5 s
+    keyed = replace_path(cfg, "mesh", cluster_key=KEY)
+    assert not GatewayMesh(keyed, FakeClock(), random.Random(0)).insecure
+
+
+def test_secondary_keys_from_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from smg.cli import gateway_config_from, parse
+
+    argv = [
+        "node",
+        "--cluster-key",
+        KEY,
+        "--cluster-key-secondary",
+        "k-b",
+        "--cluster-key-secondary",
+        "k-c,k-d",
+    ]
+    _, ns = parse(argv)
+    assert gateway_config_from(ns).mesh.cluster_key_secondary == ("k-b", "k-c,k-d")
+    monkeypatch.setenv("SMG_CLUSTER_KEY_SECONDARY", "k-e,k-f")
+    _, ns = parse(["node"])
+    assert gateway_config_from(ns).mesh.cluster_key_secondary == ("k-e", "k-f")

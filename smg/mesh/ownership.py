@@ -42,9 +42,10 @@ register or remove any worker (that is the feature); values are schema-checked, 
 ignores stamps from far in the future. An insider can still flood the mesh with its own keys or
 gossip false membership; those need the cluster key and are out of this module's reach.
 
-Cost (measured, see tests/mesh/test_ownership.py): decoding and checking an update is ~15 us plus
-one Ed25519 verification (~60-100 us) per new live item; it runs in the mesh actor, off the
-request path.
+Cost (measured on the shared dev box): decoding and checking a one-write delta against a
+100-key document takes ~110 us, ~90 of them the Ed25519 verification; a full state of 100 worker
+records (an anti-entropy answer to a fresh node) ~11 ms, one verification per item. It runs in
+the mesh actor, off the request path.
 """
 
 from __future__ import annotations

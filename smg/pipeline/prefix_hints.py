@@ -15,15 +15,17 @@ secret must be the same on every node (it follows the primary key: during a key 
 with different primaries miss each other's hints until the rotation completes; hints only).
 
 The map is bounded (`MAX_ENTRIES`, least recently learned evicted first) and each hash keeps at
-most `MAX_HOLDERS` workers. Matching hashes at most `MAX_BLOCKS` blocks of the request key.
+most `MAX_HOLDERS` workers. Matching hashes the request key block by block and stops at the first
+block no node published (at most `MAX_BLOCKS`): ~1 us for a prompt no node has seen.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 BLOCK_ITEMS = 16
 MAX_BLOCKS = 16  # 256 items: what CacheAwareState remembers of each routed prefix
@@ -39,22 +41,32 @@ def _block_bytes(block: str | Sequence[int]) -> bytes:
     return struct.pack(f"<{len(block)}q", *block)
 
 
-def block_hashes(model: str, key: str | Sequence[int], secret: bytes) -> list[bytes]:
-    """The chained hashes of `key`'s whole blocks (at most MAX_BLOCKS), for `model`."""
+@functools.lru_cache(maxsize=256)
+def _seed(model: str, secret: bytes) -> bytes:
+    return hashlib.blake2b(model.encode(), digest_size=HASH_BYTES, key=secret).digest()
+
+
+def _chain(model: str, key: str | Sequence[int], secret: bytes) -> Iterator[bytes]:
+    """The chained hashes of `key`'s whole blocks (at most MAX_BLOCKS), lazily."""
     n = min(len(key) // BLOCK_ITEMS, MAX_BLOCKS)
     if n == 0:
-        return []
-    h = hashlib.blake2b(model.encode(), digest_size=HASH_BYTES, key=secret).digest()
-    out = []
-    try:
-        for i in range(n):
-            block = key[i * BLOCK_ITEMS : (i + 1) * BLOCK_ITEMS]
+        return
+    h = _seed(model, secret)
+    for i in range(n):
+        block = key[i * BLOCK_ITEMS : (i + 1) * BLOCK_ITEMS]
+        try:
             data = h + _block_bytes(block)
-            h = hashlib.blake2b(data, digest_size=HASH_BYTES, key=secret).digest()
-            out.append(h)
-    except (struct.error, TypeError):  # a token id past int64: no hints for this key
-        return []
-    return out
+        except (struct.error, TypeError):  # a token id past int64: no hints for this key
+            return
+        h = hashlib.blake2b(data, digest_size=HASH_BYTES, key=secret).digest()
+        yield h
+
+
+def block_hashes(model: str, key: str | Sequence[int], secret: bytes) -> list[bytes]:
+    """The chained hashes of `key`'s whole blocks (at most MAX_BLOCKS), for `model`; empty when
+    the key cannot be hashed."""
+    out = list(_chain(model, key, secret))
+    return out if len(out) == min(len(key) // BLOCK_ITEMS, MAX_BLOCKS) else []
 
 
 class PrefixHints:
@@ -92,14 +104,17 @@ class PrefixHints:
     def match(
         self, model: str, key: str | Sequence[int], among: Collection[str]
     ) -> tuple[int, set[str]]:
-        """(items of `key` covered by the longest hinted prefix, the candidates holding it)."""
+        """(items of `key` covered by the longest hinted prefix, the candidates holding it).
+        Publishers send every block of a prefix, so the walk stops at the first block nobody
+        published: a prompt no node has seen costs one hash."""
+        best: tuple[int, set[str]] = (0, set())
         if not self._map:
-            return 0, set()
-        hashes = block_hashes(model, key, self.secret)
-        for i in range(len(hashes) - 1, -1, -1):
-            holders = self._map.get(hashes[i])
-            if holders:
-                found = {w for w in holders if w in among}
-                if found:
-                    return (i + 1) * BLOCK_ITEMS, found
-        return 0, set()
+            return best
+        for i, h in enumerate(_chain(model, key, self.secret)):
+            holders = self._map.get(h)
+            if not holders:
+                break
+            found = {w for w in holders if w in among}
+            if found:
+                best = ((i + 1) * BLOCK_ITEMS, found)
+        return best

@@ -68,3 +68,16 @@ def test_bad_bytes_are_counted_not_raised() -> None:
     assert out == [] and a.rejected[("ns", "malformed")] == 2
     assert a.receive("b", DocUpdate("unknown-namespace", b"x")) == ([], set())
     assert ra.items() == {}
+
+
+def test_a_peer_a_generation_ahead_is_asked_for_its_state_not_believed() -> None:
+    ra, a = node("a", 1)
+    rb, b = node("b", 2)
+    ra.put("x", 1)
+    ra.compact()  # a is in generation 1, b still in 0
+    ra.take_delta()  # lost: b must learn generation 1 from a's signed state
+    # a's (unsigned) state vector names generation 1: b answers with its own vector, no diff
+    out, _ = b.receive("a", DocVector("ns", ra.state_vector(), True))
+    assert [type(e.message) for e in out] == [DocVector] and rb.generation == 0
+    deliver(out, {"a": a, "b": b}, "b")  # a answers with its full, signed state
+    assert rb.generation == 1 and rb.items() == ra.items()

@@ -45,7 +45,8 @@ def main() -> None:
                 sys.executable, "-m", "smg", "node",
                 "--host", "127.0.0.1", "--port", str(port), "--prometheus-port", "0",
                 "--mesh-host", host, "--mesh-port", str(mport),
-                "--mesh-profile", args.profile, "--cluster-key", "bench", "--log-level", "warn",
+                "--mesh-profile", args.profile, "--cluster-key", "bench-mesh-idle-cluster-key",
+                "--log-level", "warn",
             ]  # fmt: skip
             if mesh_addrs:
                 argv += ["--join", mesh_addrs[0]]

@@ -33,7 +33,7 @@ from typing import Any
 from procs import REPO, free_port, stop_all
 
 TARGET_P99_S = {3: 9.0, 5: 12.0}
-KEY = "bench-mesh-real"
+KEY = "bench-mesh-real-cluster-key"
 
 
 def call(url: str, body: Any = None) -> Any:

@@ -264,7 +264,20 @@ class MeshNodeConfig:
         (), "Peers to join (host:port).", aliases=("--join",), nargs="*"
     )
     cluster_key: str | None = knob(
-        None, "Shared secret: every mesh message is authenticated with it (HMAC-SHA256)."
+        None,
+        "Primary mesh key (16+ characters, no blanks or commas): every mesh packet and frame is "
+        "encrypted with it (AES-256-GCM). Required unless --mesh-host is loopback.",
+    )
+    cluster_key_secondary: tuple[str, ...] = knob(
+        (),
+        "More mesh keys, tried to decrypt but never to encrypt: for rotating --cluster-key "
+        "without splitting the cluster (repeat the flag, or list them comma-separated).",
+        nargs="append+",
+    )
+    mesh_insecure: bool = knob(
+        False,
+        "Run a mesh beyond loopback without --cluster-key: plaintext and unauthenticated, "
+        "anyone who reaches the port joins. Logs a warning every minute. Never in production.",
     )
     mesh_profile: str = knob(
         "lan", "Failure-detector timing profile.", choices=("lan", "local", "test")

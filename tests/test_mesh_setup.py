@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import random
 
-from smg.api.mesh_setup import GatewayMesh, boot_epoch, seed_addrs
+import pytest
+
+from smg.api.mesh_setup import GatewayMesh, boot_epoch, mesh_keyring, seed_addrs
 from smg.clock import FakeClock
-from smg.config import GatewayConfig, MeshNodeConfig, replace_path
+from smg.config import ConfigError, GatewayConfig, MeshNodeConfig, replace_path
 from smg.mesh.config import MeshConfig
+from smg.mesh.identity import NodeIdentity, fingerprint, fingerprint_of
+from smg.mesh.keyring import Keyring
 from smg.mesh.membership import Membership, epoch_of
 from smg.mesh.messages import Alive
 from smg.mesh.replica import Replica
@@ -23,7 +27,9 @@ def mesh_at(wall_s: float) -> GatewayMesh:
 
 def test_a_restart_gets_a_newer_epoch_that_replaces_its_past_life() -> None:
     first, second = mesh_at(1_795_000_000.123), mesh_at(1_795_000_007.5)
-    assert first.node_id == "127.0.0.7-39527@1795000000123"
+    # name@epoch.fingerprint: the fingerprint names this boot's signing key
+    assert first.node_id.startswith("127.0.0.7-39527@1795000000123.")
+    assert fingerprint_of(first.node_id) == fingerprint(first.identity.public_key)
     assert epoch_of(second.node_id) > epoch_of(first.node_id)
     peer = Membership("peer@1", "127.0.0.8:39527", MeshConfig.test(), random.Random(0))
     peer.merge(0.0, (Alive(first.node_id, "127.0.0.7:39527", 3),))
@@ -47,22 +53,22 @@ def test_compaction_bounds_tombstones_and_keeps_live_items() -> None:
     cache = mesh.replicas["cache"]
     for round_ in range(40):  # interleaved overwrites of many keys: tombstones that never merge
         for i in range(200):
-            cache.put(f"c/http://w{i}", [f"prefix {round_}"])
+            cache.put(f"c/http://w{i}", round_.to_bytes(8, "big"))
     before = cache.stats()
     assert before["tombstone_bytes"] > 64 * 1024
     assert mesh.compact_if_needed() == ["cache"]
     after = cache.stats()
     assert after["generation"] == 1 and after["tombstone_bytes"] < 1024
-    assert cache.get(f"{mesh.node_id}/c/http://w7") == ["prefix 39"]
+    assert cache.get(f"{mesh.node_id}/c/http://w7") == (39).to_bytes(8, "big")
     assert mesh.compact_if_needed() == []  # nothing left to gain
 
 
 def test_compaction_keeps_a_dead_nodes_workers_served() -> None:
     mesh = mesh_at(1_795_000_000.0)
     mesh.compact_min_tombstone_bytes = 0
-    dead = Replica("workers", "dead@1", random.Random(5))
-    WorkerDirectory(dead, "dead@1").publish_add(
-        "http://gone-node-worker:8000", {"url": "http://gone-node-worker:8000"}, (1, 0, "dead@1")
+    dead = Replica("workers", NodeIdentity.generate("dead@1", random.Random(5)))
+    WorkerDirectory(dead, dead.owner).publish_add(
+        "http://gone-node-worker:8000", {"url": "http://gone-node-worker:8000"}, (1, 0, dead.owner)
     )
     workers = mesh.replicas["workers"]
     workers.apply(dead.diff(workers.state_vector()))
@@ -71,7 +77,98 @@ def test_compaction_keeps_a_dead_nodes_workers_served() -> None:
             f"http://w{i % 30}", {"url": f"http://w{i % 30}"}, (2 + i, 0, mesh.node_id)
         )
     assert "http://gone-node-worker:8000" in mesh.directory.effective()
-    assert mesh.compact_if_needed() == ["workers"]  # "dead@1" is not a live member
+    assert mesh.compact_if_needed() == ["workers"]  # the dead node is not a live member
     mesh.compact_if_needed()  # releases the previous generation (its owner is not live)
     assert workers.previous_owners() == set()
     assert "http://gone-node-worker:8000" in mesh.directory.effective()
+
+
+# --- secure by default: the keyring gate ---------------------------------------------------------
+KEY = "a-cluster-key-of-24-chars"
+
+
+def mesh_cfg(**changes: object) -> MeshNodeConfig:
+    return replace_path(GatewayConfig(), "mesh", enable_mesh=True, **changes).mesh
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.5", "gw.internal"])
+def test_a_mesh_beyond_loopback_needs_a_key(host: str) -> None:
+    with pytest.raises(ConfigError, match="--cluster-key") as err:
+        mesh_keyring(mesh_cfg(mesh_host=host))
+    assert "\n" not in str(err.value)  # one clear line
+    assert mesh_keyring(mesh_cfg(mesh_host=host, mesh_insecure=True)) is None
+    assert isinstance(mesh_keyring(mesh_cfg(mesh_host=host, cluster_key=KEY)), Keyring)
+
+
+def test_a_loopback_mesh_may_run_keyless() -> None:
+    assert mesh_keyring(mesh_cfg(mesh_host="127.0.0.9")) is None
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"cluster_key": "short-key"},
+        {"cluster_key": "a key with blanks 0123"},
+        {"cluster_key": KEY, "cluster_key_secondary": ("short",)},
+        {"cluster_key_secondary": (KEY,)},
+        {"cluster_key": KEY, "cluster_key_secondary": tuple(f"{KEY}-{i}" for i in range(9))},
+    ],
+)
+def test_bad_keys_are_refused_without_echoing_them(changes: dict[str, object]) -> None:
+    with pytest.raises(ConfigError) as err:
+        mesh_keyring(mesh_cfg(mesh_host="10.0.0.5", **changes))
+    for value in [changes.get("cluster_key"), *changes.get("cluster_key_secondary", ())]:  # type: ignore[misc]
+        assert not value or str(value) not in str(err.value)
+
+
+def test_secondary_keys_split_on_commas_and_repeats() -> None:
+    ring = mesh_keyring(
+        mesh_cfg(cluster_key=KEY, cluster_key_secondary=(f"{KEY}-b,{KEY}-c", f"{KEY}-d"))
+    )
+    assert ring is not None and len(ring) == 4
+    sealed = Keyring(f"{KEY}-c").seal(b"p", b"x")
+    assert ring.open(b"p", sealed) == b"x"
+
+
+@pytest.mark.parametrize("name", ["a/b", "has space", "", "x" * 201])
+def test_server_names_that_cannot_be_owner_prefixes_are_refused(name: str) -> None:
+    cfg = replace_path(
+        GatewayConfig(), "mesh", enable_mesh=True, mesh_host="127.0.0.7", mesh_server_name=name
+    )
+    with pytest.raises(ConfigError, match="--mesh-server-name"):
+        GatewayMesh(cfg, FakeClock(), random.Random(0))
+
+
+def test_an_insecure_mesh_warns_every_minute_while_it_runs() -> None:
+    from structlog.testing import capture_logs
+
+    cfg = replace_path(
+        GatewayConfig(), "mesh", enable_mesh=True, mesh_host="0.0.0.0", mesh_insecure=True
+    )
+    mesh = GatewayMesh(cfg, FakeClock(), random.Random(0), wall=lambda: 1_795_000_000.0)
+    assert mesh.insecure and mesh.keyring is None
+    with capture_logs() as logs:
+        for now in (0.0, 1.0, 30.0, 59.9, 60.0, 61.0, 120.5):
+            mesh._flush(now)
+    assert [e["event"] for e in logs].count("mesh_insecure") == 3  # at 0, 60 and 120.5 s
+    keyed = replace_path(cfg, "mesh", cluster_key=KEY)
+    assert not GatewayMesh(keyed, FakeClock(), random.Random(0)).insecure
+
+
+def test_secondary_keys_from_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from smg.cli import gateway_config_from, parse
+
+    argv = [
+        "node",
+        "--cluster-key",
+        KEY,
+        "--cluster-key-secondary",
+        "k-b",
+        "--cluster-key-secondary",
+        "k-c,k-d",
+    ]
+    _, ns = parse(argv)
+    assert gateway_config_from(ns).mesh.cluster_key_secondary == ("k-b", "k-c,k-d")
+    monkeypatch.setenv("SMG_CLUSTER_KEY_SECONDARY", "k-e,k-f")
+    _, ns = parse(["node"])
+    assert gateway_config_from(ns).mesh.cluster_key_secondary == ("k-e", "k-f")

@@ -8,11 +8,16 @@ import random
 from typing import Any
 
 from smg.actors.mesh_transport import FaultPlan, MeshTransport
+from smg.mesh.keyring import Keyring
 from smg.mesh.messages import Alive, DocUpdate, Ping
+
+KEY = Keyring("transport-test-key-0001")
 
 
 class Node:
-    def __init__(self, host: str, key: bytes | None = b"k", faults: FaultPlan | None = None):
+    def __init__(
+        self, host: str, key: Keyring | None = KEY, faults: FaultPlan | None = None
+    ) -> None:
         self.packets: list[tuple[str, Any]] = []
         self.streams: list[tuple[str, Any]] = []
         self.tasks: list[asyncio.Task[Any]] = []
@@ -21,7 +26,7 @@ class Node:
             port=0,
             advertise_addr="",
             node_id=f"{host}@1",
-            key=key,
+            keyring=key,
             on_packet=lambda src, m: self.packets.append((src, m)),
             on_stream=lambda src, m: self.streams.append((src, m)),
             rng=random.Random(0),
@@ -76,7 +81,10 @@ async def test_packets_and_streams_arrive_from_the_senders_address() -> None:
 
 
 async def test_a_different_cluster_key_is_counted_and_dropped() -> None:
-    a, b = Node("127.0.0.63", key=b"one"), Node("127.0.0.64", key=b"two")
+    a, b = (
+        Node("127.0.0.63", key=Keyring("key-one-0123456789")),
+        Node("127.0.0.64", key=Keyring("key-two-0123456789")),
+    )
     await a.start()
     await b.start()
     try:
@@ -119,3 +127,20 @@ async def test_close_ends_inbound_streams() -> None:
     await b.close()
     await until(lambda: not b.t._inbound)
     await a.close()
+
+
+async def test_a_keyless_node_reads_only_loopback_unless_insecure() -> None:
+    from smg.actors.mesh_transport import _UdpProtocol
+    from smg.mesh.codec import encode_packet
+
+    plain = encode_packet(Ping(1, "b"), None)
+    for allow_remote, expected in ((None, []), (True, [("10.0.0.7:4000", Ping(1, "b"))])):
+        node = Node("127.0.0.69", key=None)
+        node.t.allow_remote = node.t.keyring is not None if allow_remote is None else allow_remote
+        _UdpProtocol(node.t).datagram_received(plain, ("10.0.0.7", 4000))
+        assert node.packets == expected
+        assert node.t.stats.dropped["not_loopback"] == (0 if expected else 1)
+    keyless = Node("127.0.0.69", key=None)
+    _UdpProtocol(keyless.t).datagram_received(plain, ("127.0.0.2", 4000))
+    _UdpProtocol(keyless.t).datagram_received(plain, ("::ffff:127.0.0.2", 4000, 0, 0))
+    assert len(keyless.packets) == 2  # loopback peers are read

@@ -26,6 +26,7 @@ from smg.actors.mesh_transport import FaultPlan, MeshTransport
 from smg.actors.runtime import Actor
 from smg.actors.snapshots import SnapshotCell
 from smg.mesh.config import MeshConfig
+from smg.mesh.keyring import Keyring
 from smg.mesh.messages import (
     Effect,
     Message,
@@ -98,7 +99,7 @@ class MeshNode(Actor):
         seeds: list[str],
         swim_cfg: MeshConfig,
         replicas: dict[str, Replica],
-        key: bytes | None,
+        keyring: Keyring | None,
         rng: random.Random,
         view: SnapshotCell[MeshView],
         tick_s: float = 0.05,
@@ -106,6 +107,7 @@ class MeshNode(Actor):
         on_doc_change: Callable[[str], None] | None = None,
         before_tick: Callable[[float], None] | None = None,
         faults: FaultPlan | None = None,
+        allow_remote: bool | None = None,
     ) -> None:
         super().__init__()
         self.node_id = node_id
@@ -124,11 +126,12 @@ class MeshNode(Actor):
             port=bind_port,
             advertise_addr=advertise_addr,
             node_id=node_id,
-            key=key,
+            keyring=keyring,
             on_packet=self._packet_in,
             on_stream=self._stream_in,
             rng=rng,
             faults=faults,
+            allow_remote=allow_remote,
         )
         self.replication = Replication(replicas, rng, doc_sync_interval_s)
 
@@ -209,6 +212,9 @@ class MeshNode(Actor):
     # --- status ---------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         stats = self.transport.stats
+        rejected: dict[str, dict[str, int]] = {}
+        for (namespace, reason), n in self.replication.rejected.items():
+            rejected.setdefault(namespace, {})[reason] = n
         return {
             "node_id": self.node_id,
             "addr": self.advertise_addr,
@@ -228,5 +234,6 @@ class MeshNode(Actor):
             "bytes_in": dict(stats.bytes_in),
             "bytes_out": dict(stats.bytes_out),
             "dropped": dict(stats.dropped),
-            "rejected_updates": self.replication.rejected,
+            "rejected_updates": sum(self.replication.rejected.values()),
+            "rejected_writes": rejected,
         }

@@ -8,6 +8,9 @@ records behind, so the others keep serving its workers.
 The directory is a pure core over a replicated document; this actor is its only writer here, and
 the only one that turns directory changes into registry asks (with deadlines; the registry never
 asks back, so there is no cycle).
+
+Credentials stay on the node that has them: a published spec carries no `api_key`, and an
+imported worker gets none from the mesh, so this node calls it with its own `--worker-api-key`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from smg.actors.messages import AddWorker, RemoveWorker
 from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import Actor, ActorRef
 from smg.actors.snapshots import RegistrySnapshot, SnapshotCell
-from smg.mesh.worker_records import HybridClock, WorkerDirectory
+from smg.mesh.worker_records import HybridClock, WorkerDirectory, public_spec
 
 log = structlog.get_logger("smg.mesh_sync")
 
@@ -42,7 +45,8 @@ class Announce:
 
 
 def spec_of(msg: AddWorker, url: str) -> dict[str, Any]:
-    spec = asdict(msg)
+    """What the mesh may learn of a worker: everything but its credentials."""
+    spec = public_spec(asdict(msg))
     spec["url"] = url
     spec["labels"] = [list(kv) for kv in msg.labels]
     return spec

@@ -1,8 +1,10 @@
 """The mesh's sockets: UDP for probes and gossip, TCP streams for push-pull and state sync.
 
 A thin asyncio shell around the codec: it encodes what the node asks to send, decodes what
-arrives, and hands decoded messages to two callbacks. Everything received is size-limited and
-authenticated; a packet or frame that fails is counted by reason and dropped, never raised.
+arrives, and hands decoded messages to two callbacks. Everything received is size-limited and,
+with a keyring, decrypted and authenticated; a packet or frame that fails is counted by reason
+and dropped, never raised. Without a keyring (a loopback mesh) nothing from beyond loopback is
+read at all, unless the operator said `--mesh-insecure` (`allow_remote`).
 
 Both channels share one port number (as memberlist does). A TCP connection opens with a hello:
 an empty `PushPull` naming the sender's mesh address, so the receiver knows whom the stream is
@@ -23,6 +25,8 @@ from typing import Any
 import structlog
 
 from smg.mesh.codec import CodecError, FrameDecoder, decode_packet, encode_frame, encode_packet
+from smg.mesh.config import is_loopback
+from smg.mesh.keyring import Keyring
 from smg.mesh.messages import Message, PushPull, StreamMessage
 
 log = structlog.get_logger("smg.actors.mesh_transport")
@@ -65,6 +69,9 @@ class _UdpProtocol(asyncio.DatagramProtocol):
     def datagram_received(
         self, data: bytes, addr: tuple[str, int] | tuple[str, int, int, int]
     ) -> None:
+        if not self.owner.allow_remote and not is_loopback(addr[0]):
+            self.owner.stats.dropped["not_loopback"] += 1
+            return
         self.owner._on_datagram(data, f"{addr[0]}:{addr[1]}")
 
     def error_received(self, exc: Exception) -> None:  # ICMP unreachable and the like
@@ -88,17 +95,20 @@ class MeshTransport:
         port: int,
         advertise_addr: str,
         node_id: str,
-        key: bytes | None,
+        keyring: Keyring | None,
         on_packet: Callable[[str, Message], None],
         on_stream: Callable[[str, StreamMessage], None],
         rng: random.Random,
         faults: FaultPlan | None = None,
+        allow_remote: bool | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.advertise_addr = advertise_addr
         self.node_id = node_id
-        self.key = key
+        self.keyring = keyring
+        # peers beyond loopback are read only when authenticated (or explicitly allowed)
+        self.allow_remote = keyring is not None if allow_remote is None else allow_remote
         self.on_packet = on_packet
         self.on_stream = on_stream
         self.rng = rng
@@ -148,7 +158,7 @@ class MeshTransport:
             self.stats.dropped["injected"] += 1
             return
         try:
-            data = encode_packet(msg, self.key)
+            data = encode_packet(msg, self.keyring)
         except ValueError:  # a message our own core should never build: count it, don't crash
             self.stats.dropped["encode_error"] += 1
             log.warning("mesh_encode_error", message=repr(msg)[:200])
@@ -166,7 +176,7 @@ class MeshTransport:
             return
         try:
             self._udp.sendto(data, split_addr(addr))
-        except (OSError, ValueError):
+        except (OSError, ValueError, OverflowError):
             self.stats.dropped["udp_send_error"] += 1
             return
         self.stats.bytes_out["udp"] += len(data)
@@ -177,7 +187,7 @@ class MeshTransport:
             self.stats.dropped["injected"] += 1
             return
         try:
-            msg = decode_packet(data, self.key, MAX_PACKET_BYTES)
+            msg = decode_packet(data, self.keyring, MAX_PACKET_BYTES)
         except CodecError as exc:
             self.stats.dropped[exc.reason] += 1
             return
@@ -189,7 +199,7 @@ class MeshTransport:
         if self._closing or self._spawn is None or self.faults.cuts(addr):
             return
         try:
-            frame = encode_frame(msg, self.key)
+            frame = encode_frame(msg, self.keyring)
         except ValueError:
             self.stats.dropped["encode_error"] += 1
             log.warning("mesh_encode_error", message=repr(msg)[:200])
@@ -248,12 +258,12 @@ class MeshTransport:
                 writer.close()
 
     async def _connect(self, addr: str) -> asyncio.StreamWriter | None:
-        host, port = split_addr(addr)
         try:
+            host, port = split_addr(addr)  # a gossiped address need not parse: never raise
             _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2.0)
-        except (OSError, TimeoutError):
+        except (OSError, TimeoutError, ValueError, OverflowError):
             return None
-        hello = encode_frame(PushPull(self.node_id, self.advertise_addr, (), False), self.key)
+        hello = encode_frame(PushPull(self.node_id, self.advertise_addr, (), False), self.keyring)
         writer.write(hello)
         self.stats.bytes_out["tcp"] += len(hello)
         return writer
@@ -261,12 +271,16 @@ class MeshTransport:
     async def _serve_stream(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        decoder = FrameDecoder(self.key)
+        decoder = FrameDecoder(self.keyring)
         peer: str | None = None
         task = asyncio.current_task()
         if task is not None:
             self._inbound.add(task)
         try:
+            source = writer.get_extra_info("peername")
+            if not self.allow_remote and not (source and is_loopback(source[0])):
+                self.stats.dropped["not_loopback"] += 1
+                return
             while not self._closing:
                 try:
                     data = await asyncio.wait_for(reader.read(1 << 16), STREAM_IDLE_S * 2)

@@ -106,6 +106,16 @@ class MeshCollector(Collector):
         for reason, n in st["dropped"].items():
             dropped.add_metric([reason], n)
         yield dropped
+        rejected = CounterMetricFamily(
+            "smg_mesh_rejected_writes",
+            "Replicated-document updates refused before merging (a write to another node's key, "
+            "a bad signature, an invalid value...), by namespace and reason",
+            labels=["namespace", "reason"],
+        )
+        for namespace, reasons in st.get("rejected_writes", {}).items():
+            for reason, n in reasons.items():
+                rejected.add_metric([namespace, reason], n)
+        yield rejected
         doc = GaugeMetricFamily(
             "smg_mesh_doc_bytes", "Encoded size of each replicated document", labels=["namespace"]
         )

@@ -3,6 +3,11 @@
 `GatewayMesh` is built from the config tree. With `--enable-mesh` (or `smg node`) it runs a
 `MeshNode` (membership + replication) and a `MeshSyncActor` (worker registry <-> directory);
 with `--rate-limit-tokens-per-second` alone it still rate-limits, over a private document.
+
+Secure by default: a mesh bound beyond loopback refuses to start without `--cluster-key`
+(`ConfigError`, one line saying what to set); `--mesh-insecure` is the only way around, and it
+logs a warning every minute while the mesh runs. A keyless loopback mesh reads nothing that does
+not come from loopback.
 """
 
 from __future__ import annotations
@@ -28,18 +33,64 @@ from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.api.mesh_routes import MeshCollector, MeshRoutes
 from smg.api.rate_limiting import rate_limit_middleware
 from smg.clock import Clock
-from smg.config import GatewayConfig, MeshNodeConfig
+from smg.config import ConfigError, GatewayConfig, MeshNodeConfig
+from smg.mesh import cache_summary, rate_limit, worker_records
 from smg.mesh.cache_summary import CacheSummaries
-from smg.mesh.config import MeshConfig
+from smg.mesh.config import MeshConfig, is_loopback
+from smg.mesh.identity import NodeIdentity
+from smg.mesh.keyring import MAX_KEYS, MIN_SECRET_CHARS, Keyring
 from smg.mesh.rate_limit import ClusterRateLimiter
 from smg.mesh.replica import Replica
 from smg.mesh.worker_records import HybridClock, WorkerDirectory
 from smg.pipeline.policies.cache_aware import CacheAwareState
+from smg.pipeline.prefix_hints import block_hashes
 
 log = structlog.get_logger("smg.mesh")
 
 WORKERS, RATE_LIMITS, CACHE = "workers", "rate_limits", "cache"
 COMPACT_CHECK_INTERVAL_S = 60.0  # Replica.stats() rebuilds a document: not on every tick
+INSECURE_WARNING_INTERVAL_S = 60.0
+MAX_SERVER_NAME_CHARS = 200  # the node id (name@epoch.fingerprint) must fit a wire name
+
+
+def mesh_keyring(cfg: MeshNodeConfig) -> Keyring | None:
+    """The keyring of --cluster-key (primary) and --cluster-key-secondary, or None for a keyless
+    mesh, which only loopback or --mesh-insecure allows. Raises ConfigError (never naming a key)
+    for a mesh that cannot run safely."""
+    secondary = [k for entry in cfg.cluster_key_secondary for k in entry.replace(",", " ").split()]
+    if cfg.cluster_key is None:
+        if secondary:
+            raise ConfigError("--cluster-key-secondary needs --cluster-key (the primary key)")
+        if not is_loopback(cfg.mesh_host) and not cfg.mesh_insecure:
+            raise ConfigError(
+                f"the mesh listens on {cfg.mesh_host or '0.0.0.0'}, beyond loopback: set "
+                "--cluster-key (the same random secret of 16+ characters on every node, e.g. "
+                "`openssl rand -base64 32`), or --mesh-insecure to run it unencrypted"
+            )
+        return None
+    keys = [cfg.cluster_key, *secondary]
+    if any(len(k) < MIN_SECRET_CHARS or any(c.isspace() or c == "," for c in k) for k in keys):
+        raise ConfigError(
+            f"every mesh key (--cluster-key, --cluster-key-secondary) needs {MIN_SECRET_CHARS}+ "
+            "characters and no blanks or commas (e.g. `openssl rand -base64 32`)"
+        )
+    if len(set(keys)) > MAX_KEYS:
+        raise ConfigError(f"at most {MAX_KEYS} mesh keys (one primary, the rest secondary)")
+    return Keyring(cfg.cluster_key, secondary)
+
+
+def check_server_name(cfg: MeshNodeConfig) -> None:
+    name = cfg.mesh_server_name
+    if name is not None and (
+        not name
+        or len(name) > MAX_SERVER_NAME_CHARS
+        or not name.isprintable()
+        or any(c.isspace() or c == "/" for c in name)
+    ):
+        raise ConfigError(
+            f"--mesh-server-name must be 1-{MAX_SERVER_NAME_CHARS} printable characters "
+            "without blanks or '/'"
+        )
 
 
 def node_name(cfg: MeshNodeConfig, advertise_host: str) -> str:
@@ -90,17 +141,28 @@ class GatewayMesh:
         self.wall = wall  # rate-limit windows and HLC stamps: comparable across hosts
         self.enabled = cfg.mesh.enable_mesh
         mc = cfg.mesh
+        self.keyring = mesh_keyring(mc) if self.enabled else None
+        if self.enabled:
+            check_server_name(mc)
+        # keyless beyond loopback: only with --mesh-insecure (mesh_keyring refused otherwise)
+        self.insecure = self.enabled and self.keyring is None and not is_loopback(mc.mesh_host)
+        self._next_insecure_warning_s = 0.0
         self.advertise = advertise_host(mc) if self.enabled else "local"
-        self.node_id = f"{node_name(mc, self.advertise)}@{boot_epoch(wall)}"
+        # a fresh signing key pair per boot; the node id names its public key
+        self.identity = NodeIdentity.generate(f"{node_name(mc, self.advertise)}@{boot_epoch(wall)}")
+        self.node_id = self.identity.node_id
         self.rng = rng
-        doc_rng = random.Random(random.SystemRandom().getrandbits(64))  # pycrdt client ids
         self.replicas = {
-            WORKERS: Replica(WORKERS, self.node_id, doc_rng),
-            RATE_LIMITS: Replica(RATE_LIMITS, self.node_id, doc_rng),
-            CACHE: Replica(CACHE, self.node_id, doc_rng),
+            name: Replica(name, self.identity, validate)
+            for name, validate in (
+                (WORKERS, worker_records.valid_value),
+                (RATE_LIMITS, rate_limit.valid_value),
+                (CACHE, cache_summary.valid_value),
+            )
         }
         self.summaries = CacheSummaries(self.replicas[CACHE], self.node_id)
-        self.cache_state: CacheAwareState | None = None  # set when the policy is cache-aware
+        self._cache_state: CacheAwareState | None = None
+        self._summary_hashes: dict[tuple[str, str | tuple[int, ...]], list[bytes]] = {}
         self._registry_cell: SnapshotCell[RegistrySnapshot] | None = None
         self._next_cache_publish_s = 0.0
         # summaries are hints: refreshed a few times per push-pull period (5 s on the LAN profile)
@@ -109,9 +171,7 @@ class GatewayMesh:
         )
         self._seeded: dict[str, bytes] = {}  # summary key -> the bytes we last seeded from
         self._next_compact_check_s = 0.0
-        self.compact_min_tombstone_bytes = (
-            64 * 1024
-        )  # url -> hash of the summaries last seeded from
+        self.compact_min_tombstone_bytes = 64 * 1024
         self.view: SnapshotCell[MeshView] = SnapshotCell(MeshView(self.node_id, self.advertise))
         self.hlc = HybridClock(wall, self.node_id)
         self.directory = WorkerDirectory(self.replicas[WORKERS], self.node_id, clock=self.hlc)
@@ -128,6 +188,18 @@ class GatewayMesh:
         self._node: MeshNode | None = None
         self._node_ref: ActorRef | None = None
         self._sync: ActorRef | None = None
+
+    @property
+    def cache_state(self) -> CacheAwareState | None:
+        """The cache-aware policy's state (set when the policy is cache-aware)."""
+        return self._cache_state
+
+    @cache_state.setter
+    def cache_state(self, state: CacheAwareState | None) -> None:
+        self._cache_state = state
+        if state is not None and self.keyring is not None:
+            # summary hashes are keyed by the cluster: a prompt cannot be confirmed by guessing
+            state.hints.secret = self.keyring.derive(b"smg cache summary hashes")
 
     # --- the request path -----------------------------------------------------------------------
     def middlewares(self) -> list[Any]:
@@ -186,12 +258,13 @@ class GatewayMesh:
             seeds=self._seeds(),
             swim_cfg=MeshConfig.profile(mc.mesh_profile),
             replicas=self.replicas,
-            key=mc.cluster_key.encode() if mc.cluster_key else None,
+            keyring=self.keyring,
             rng=random.Random(self.rng.random()),
             view=self.view,
             on_doc_change=self._doc_changed,
             before_tick=self._flush,
             faults=self.faults,
+            allow_remote=True if self.insecure else None,
         )
         self._node = node
         return node
@@ -207,6 +280,14 @@ class GatewayMesh:
         return list(dict.fromkeys([*seed_addrs(self.cfg.mesh), *seen]))
 
     def _flush(self, now: float) -> None:
+        if self.insecure and now >= self._next_insecure_warning_s:
+            self._next_insecure_warning_s = now + INSECURE_WARNING_INTERVAL_S
+            log.warning(
+                "mesh_insecure",
+                mesh_host=self.cfg.mesh.mesh_host,
+                detail="the mesh is unencrypted and unauthenticated: anyone who reaches "
+                "this port joins the cluster and reads its state; set --cluster-key",
+            )
         if self.limiter is not None:
             self.limiter.flush(self.wall())
         if now >= self._next_cache_publish_s:
@@ -254,25 +335,36 @@ class GatewayMesh:
         return self._registry_cell.value.workers if self._registry_cell is not None else ()
 
     def _publish_cache_summaries(self) -> None:
+        """Hashes of what we routed to each worker, never the prompts (prefix_hints.py)."""
         state = self.cache_state
         if state is None:
             return
+        memo, fresh = self._summary_hashes, {}
         for w in self._workers():
             recent = state.recent(w.worker_id)
-            if recent:  # an unchanged summary writes nothing (Replica.put skips equal values)
-                self.summaries.publish(
-                    w.url, [p if isinstance(p, str) else list(p) for p in recent]
-                )
+            if not recent:
+                continue
+            model = w.model_id or ""
+            hashes: list[bytes] = []
+            for prefix in recent:
+                h = memo.get((model, prefix))
+                if h is None:
+                    h = block_hashes(model, prefix, state.hints.secret)
+                fresh[(model, prefix)] = h
+                hashes += h
+            # an unchanged summary writes nothing (Replica.put skips equal values)
+            self.summaries.publish(w.url, hashes)
+        self._summary_hashes = fresh  # bounded by what the workers' recent lists hold
 
     def _seed_from_summaries(self) -> None:
         state = self.cache_state
         if state is None:
             return
-        by_url = {w.url: w for w in self._workers() if w.model_id is not None}
-        for url, prefixes in self.summaries.changed(self._seeded):
+        by_url = {w.url: w for w in self._workers()}
+        for url, hashes in self.summaries.changed(self._seeded):
             w = by_url.get(url)
-            if w is not None and w.model_id is not None:
-                state.seed(w.model_id, w.worker_id, prefixes, self.clock.now())
+            if w is not None:
+                state.hints.learn(w.worker_id, hashes)
 
     # --- announcements from this node's API and command line ------------------------------------
     def announce_add(self, msg: AddWorker, snap: WorkerSnapshot) -> None:

@@ -1,47 +1,54 @@
-"""Per node, per worker url: a bounded summary of recently routed prefixes.
+"""Per node, per worker url: a bounded summary of recently routed prefixes, as hashes only.
 
 A node that joins, or takes over a dead node's traffic, seeds its cache-aware routing from the
-summaries other nodes publish instead of starting cold. Each summary holds at most
-`MAX_PREFIXES` prefixes of at most `MAX_ITEMS` items: a prefix is a str (characters) or a list of
-int token ids. Subkey ``f"c/{url}"`` of the publishing node; values are hints, so losing a dead
-node's summaries at compaction is fine.
+summaries other nodes publish instead of starting cold. A summary is the concatenation of up to
+`MAX_HASHES` distinct `HASH_BYTES`-byte prefix hashes (smg.pipeline.prefix_hints: keyed, chained
+per block): never the prompt text itself. Subkey ``f"c/{url}"`` of the publishing node; values
+are hints, so losing a dead node's summaries at compaction is fine. `valid_value` is what every
+node checks before merging a peer's summary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from smg.mesh.replica import Replica
 
 PREFIX = "c/"
-MAX_PREFIXES = 64
-MAX_ITEMS = 256
+HASH_BYTES = 8
+MAX_HASHES = 1024
+MAX_URL_CHARS = 2048
 
-Prefix = str | list[int]
+
+def bound(hashes: Iterable[bytes]) -> list[bytes]:
+    """The first MAX_HASHES distinct hashes of the right size, in order."""
+    out: dict[bytes, None] = {}
+    for h in hashes:
+        if type(h) is bytes and len(h) == HASH_BYTES:
+            out[h] = None
+            if len(out) == MAX_HASHES:
+                break
+    return list(out)
 
 
-def bound(prefixes: Sequence[str | Sequence[int]]) -> list[Prefix]:
-    """First MAX_PREFIXES distinct prefixes, each cut to MAX_ITEMS items; bad items dropped."""
-    out: list[Prefix] = []
-    seen: set[str | tuple[int, ...]] = set()
-    for p in prefixes:
-        item: Prefix
-        if isinstance(p, str):
-            item = p[:MAX_ITEMS]
-            key: str | tuple[int, ...] = item
-        elif all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-            item = list(p[:MAX_ITEMS])
-            key = tuple(item)
-        else:
-            continue
-        if not item or key in seen:
-            continue
-        seen.add(key)
-        out.append(item)
-        if len(out) == MAX_PREFIXES:
-            break
-    return out
+def split(value: Any) -> list[bytes]:
+    """The hashes of a summary value (empty if it is not one)."""
+    if type(value) is not bytes or len(value) % HASH_BYTES:
+        return []
+    return [value[i : i + HASH_BYTES] for i in range(0, len(value), HASH_BYTES)]
+
+
+def valid_value(subkey: str, value: Any) -> bool:
+    """May a peer's value for `subkey` enter the cache document? (bytes of whole hashes)"""
+    url = subkey[len(PREFIX) :]
+    return (
+        subkey.startswith(PREFIX)
+        and 0 < len(url) <= MAX_URL_CHARS
+        and type(value) is bytes
+        and 0 < len(value) <= MAX_HASHES * HASH_BYTES
+        and len(value) % HASH_BYTES == 0
+    )
 
 
 class CacheSummaries:
@@ -51,39 +58,38 @@ class CacheSummaries:
         self.replica = replica
         self.node_id = node_id
 
-    def publish(self, url: str, prefixes: Sequence[str | Sequence[int]]) -> None:
+    def publish(self, url: str, hashes: Iterable[bytes]) -> None:
         """Replace our summary for `url` (most recent first; truncated to the bounds)."""
-        items = bound(prefixes)
+        items = bound(hashes)
         if items:
-            self.replica.put(PREFIX + url, items)
+            self.replica.put(PREFIX + url, b"".join(items))
         else:
             self.replica.delete(PREFIX + url)
 
-    def imported(self, exclude_owner: str | None = None) -> dict[str, list[Prefix]]:
-        """url -> prefixes published by other nodes (merged, deduplicated, bounded)."""
+    def imported(self, exclude_owner: str | None = None) -> dict[str, list[bytes]]:
+        """url -> hashes published by other nodes (merged, deduplicated, bounded)."""
         exclude = self.node_id if exclude_owner is None else exclude_owner
-        merged: dict[str, list[Any]] = {}
+        merged: dict[str, list[bytes]] = {}
         for key, value in sorted(self.replica.items().items()):
             owner, _, sub = key.partition("/")
-            if owner == exclude or not sub.startswith(PREFIX) or not isinstance(value, list):
+            if owner == exclude or not sub.startswith(PREFIX):
                 continue
-            url = sub[len(PREFIX) :]
-            merged.setdefault(url, []).extend(v for v in value if isinstance(v, str | list))
-        return {url: bound(ps) for url, ps in merged.items()}
+            merged.setdefault(sub[len(PREFIX) :], []).extend(split(value))
+        return {url: bound(hs) for url, hs in merged.items()}
 
-    def changed(self, seen: dict[str, bytes]) -> list[tuple[str, list[Prefix]]]:
-        """(url, prefixes) of the other nodes' summaries whose bytes differ from `seen` (which
-        is updated in place): a cheap byte comparison instead of decoding every summary."""
-        out: list[tuple[str, list[Prefix]]] = []
+    def changed(self, seen: dict[str, bytes]) -> list[tuple[str, list[bytes]]]:
+        """(url, hashes) of the other nodes' summaries whose bytes differ from `seen` (which is
+        updated in place): a cheap byte comparison instead of decoding every summary."""
+        out: list[tuple[str, list[bytes]]] = []
         raw_items = self.replica.raw_items()
         for key, raw in raw_items.items():
             owner, _, sub = key.partition("/")
             if owner == self.node_id or not sub.startswith(PREFIX) or seen.get(key) == raw:
                 continue
             seen[key] = raw
-            value = self.replica.get(key)
-            if isinstance(value, list):
-                out.append((sub[len(PREFIX) :], bound(value)))
+            hashes = split(self.replica.get(key))
+            if hashes:
+                out.append((sub[len(PREFIX) :], hashes))
         for key in seen.keys() - raw_items.keys():
             del seen[key]
         return out

@@ -1,11 +1,27 @@
-"""Mesh configuration: one frozen dataclass, profiles modelled on memberlist's."""
+"""Mesh configuration: one frozen dataclass, profiles modelled on memberlist's; is_loopback."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, replace
 from typing import Literal
 
 ProfileName = Literal["lan", "local", "test"]
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104 (also bracketed or with a zone); "localhost".
+    Anything else, 0.0.0.0 and :: included, is beyond loopback."""
+    host = host.strip("[]").partition("%")[0]
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.is_loopback
+    return ip.is_loopback
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,8 @@
 
 ``now()`` is strictly greater than every stamp this clock produced or observed, and tracks the
 wall clock when it can. Tuples compare field by field, so the node id breaks exact ties.
+A stamp more than `MAX_AHEAD_MS` ahead of our wall clock is not observed: one peer with a broken
+clock (or a hostile one) must not drag every node's stamps into the far future.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 Stamp = tuple[int, int, str]
+MAX_AHEAD_MS = 10 * 60 * 1000
 
 
 class HybridClock:
@@ -28,5 +31,7 @@ class HybridClock:
 
     def observe(self, ts: Stamp) -> None:
         """Make every later `now()` greater than `ts` (a stamp read from a peer's record)."""
+        if ts[0] > self._wall() * 1000 + MAX_AHEAD_MS:
+            return
         if (ts[0], ts[1]) > (self._l, self._c):
             self._l, self._c = ts[0], ts[1]

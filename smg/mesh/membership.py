@@ -3,7 +3,13 @@
 `Membership` is the state half of the sans-IO node: it applies updates (gossiped or merged from
 a push-pull table), runs the Lifeguard suspicion timers, refutes accusations about itself,
 replaces a member's past life when a newer epoch of it shows up at the same address, and
-forgets DEAD/LEFT members after `dead_reclaim_s`. `SwimNode` (swim.py) adds the protocol."""
+forgets DEAD/LEFT members after `dead_reclaim_s`. `SwimNode` (swim.py) adds the protocol.
+
+Numbers are range-checked here too, not only by the codec (the core must hold for any caller):
+an update whose incarnation is outside 0..MAX_INCARNATION is ignored, and a refutation never
+goes past MAX_INCARNATION, so our own messages always encode. An accusation at exactly
+MAX_INCARNATION cannot be out-bid; only a node holding the cluster key can send one (an honest
+node never gets near it), and the node keeps running either way."""
 
 from __future__ import annotations
 
@@ -14,7 +20,17 @@ from dataclasses import replace
 from smg.mesh.awareness import Awareness
 from smg.mesh.broadcast_queue import BroadcastQueue
 from smg.mesh.config import MeshConfig
-from smg.mesh.messages import Alive, Dead, Leave, Member, State, Suspect, Update, approx_size
+from smg.mesh.messages import (
+    MAX_INCARNATION,
+    Alive,
+    Dead,
+    Leave,
+    Member,
+    State,
+    Suspect,
+    Update,
+    approx_size,
+)
 from smg.mesh.suspicion import Suspicion, confirmations_wanted, suspicion_bounds_s
 
 GONE = (State.DEAD, State.LEFT)
@@ -23,9 +39,17 @@ PUSH_PULL_SCALE_THRESHOLD = 32
 
 
 def epoch_of(node_id: str) -> int:
-    """The per-boot epoch of a "name@epoch" id; -1 when the id carries none."""
+    """The per-boot epoch of a "name@epoch" or "name@epoch.fingerprint" id; -1 when the id
+    carries none."""
     _, sep, tail = node_id.rpartition("@")
-    return int(tail) if sep and tail.isdigit() else -1
+    epoch = tail.partition(".")[0]
+    return int(epoch) if sep and epoch.isascii() and epoch.isdigit() and len(epoch) < 20 else -1
+
+
+def in_range(u: Update) -> bool:
+    """An update the core may act on: its incarnation is 0..MAX_INCARNATION (an int)."""
+    inc = u.incarnation
+    return type(inc) is int and 0 <= inc <= MAX_INCARNATION
 
 
 def push_pull_scale(interval_s: float, n: int) -> float:
@@ -71,6 +95,8 @@ class Membership:
         """memberlist's mergeState: a remote DEAD only makes us *suspect* (we run our own
         timer, and the accused gets the chance to refute); a remote LEFT is taken as is."""
         for u in updates:
+            if not in_range(u):
+                continue
             match u:
                 case Alive():
                     self._on_alive(now, u)
@@ -95,6 +121,8 @@ class Membership:
 
     # --- SWIM precedence ---------------------------------------------------------------------
     def _on_alive(self, now: float, u: Alive) -> None:
+        if not in_range(u):
+            return
         if u.node == self.node_id:
             if u.incarnation > self.incarnation and not self.leaving:
                 self._refute(u.incarnation)
@@ -125,6 +153,8 @@ class Membership:
         return True
 
     def _on_suspect(self, now: float, u: Suspect) -> None:
+        if not in_range(u):
+            return
         if u.node == self.node_id:
             self._accused(u.incarnation)
             return
@@ -158,6 +188,8 @@ class Membership:
     def _on_gone(self, now: float, u: Dead | Leave, state: State) -> None:
         """DEAD and LEFT share SWIM's precedence: they override ALIVE/SUSPECT at the same or a
         newer incarnation, and a node told it is gone refutes."""
+        if not in_range(u):
+            return
         if u.node == self.node_id:
             self._accused(u.incarnation)
             return
@@ -180,8 +212,9 @@ class Membership:
             self._broadcast(Alive(self.node_id, self.addr, self.incarnation))
 
     def _refute(self, heard_incarnation: int) -> None:
-        """Only a node raises its own incarnation: out-bid the accusation and say so."""
-        self.incarnation = max(self.incarnation, heard_incarnation) + 1
+        """Only a node raises its own incarnation: out-bid the accusation and say so (never
+        past MAX_INCARNATION: what we announce must stay within what peers accept)."""
+        self.incarnation = min(max(self.incarnation, heard_incarnation) + 1, MAX_INCARNATION)
         self._set(None, self.node_id, State.ALIVE, self.incarnation)
         self._broadcast(Alive(self.node_id, self.addr, self.incarnation))
         self.awareness.apply(1)  # Lifeguard: being suspected hints we are the slow one

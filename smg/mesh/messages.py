@@ -5,6 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+# Incarnations only grow by refutation, one step per accusation: no honest cluster gets near 2^62.
+# The codec rejects larger values and the core ignores them, so refuting (incarnation + 1) can never
+# produce a number the wire cannot carry.
+MAX_INCARNATION = 2**62 - 1
+MAX_NAME_BYTES = 255  # node ids, addresses and namespace names on the wire (UTF-8 bytes)
+# What the codec wraps around a packet's msgpack payload at most: the version byte, then the
+# nonce and tag of the encryption (codec.py checks this against keyring.SEAL_OVERHEAD).
+PACKET_ENVELOPE_BYTES = 1 + 12 + 16
+
 
 class State(StrEnum):
     ALIVE = "alive"
@@ -164,7 +173,8 @@ _INT = 9  # the widest msgpack integer
 
 
 def approx_size(msg: Message) -> int:
-    """An upper bound of the encoded size (without the MAC): cheap, for packet budgets."""
+    """An upper bound of the encoded payload size (without PACKET_ENVELOPE_BYTES): cheap, for
+    packet budgets."""
     match msg:
         case Compound(parts):
             return 4 + sum(approx_size(p) for p in parts)

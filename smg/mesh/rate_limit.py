@@ -27,6 +27,10 @@ skewed load gives the heavy node what the light ones do not ask for, and a lone 
 peers report idle windows uses the whole limit. Overshoot comes from a node whose demand jumps
 above its forecast; it is bounded by its fair share, and by one window of lag.
 
+Peers' values are validated before they are merged (`valid_value`: window index, caller names,
+counts in range, at most `MAX_CALLERS` callers); a malformed counter is dropped and counted and
+never reaches `try_acquire`. A node publishes at most `MAX_CALLERS` callers (its busiest).
+
 Partitions: ``live_nodes`` is what this side's membership sees and nodes across the cut stop
 reporting (their values age out of the current window), so each side admits up to ``limit`` per
 window on its own: a k-way partition admits up to k x limit cluster-wide. This is a deliberate
@@ -41,6 +45,9 @@ from typing import Any
 from smg.mesh.replica import Replica, owner_of
 
 SUBKEY = "rl"
+MAX_CALLERS = 4096  # callers per published value (the busiest, when a window has more)
+MAX_CALLER_CHARS = 512
+MAX_COUNT = 2**31
 FORECAST_MARGIN = 1.1
 RAMP_FRACTION = 0.5  # borrowing opens up over half a window from reaching the fair share
 
@@ -149,7 +156,8 @@ class ClusterRateLimiter:
         """Publish this node's counters for the current window (idle nodes publish too: peers
         read an empty window as 'idle', a missing one as 'unknown, reserve a fair share')."""
         w = self._roll(now)
-        self.replica.put(SUBKEY, [w, dict(self._counts), self._prev])
+        prev = None if self._prev is None else _busiest(self._prev)
+        self.replica.put(SUBKEY, [w, _busiest(self._counts), prev])
 
     def totals(self, now: float) -> dict[str, int]:
         """Per caller: this node's count plus every other node's last-seen count, this window."""
@@ -173,10 +181,34 @@ def water_level(demands: list[float], limit: float) -> float:
     return remaining
 
 
+def _busiest(counts: dict[str, int]) -> dict[str, int]:
+    if len(counts) <= MAX_CALLERS:
+        return dict(counts)
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1])[:MAX_CALLERS])
+
+
+def _counts_ok(value: Any) -> bool:
+    return (
+        type(value) is dict
+        and len(value) <= MAX_CALLERS
+        and all(
+            type(k) is str and len(k) <= MAX_CALLER_CHARS and type(n) is int and 0 <= n <= MAX_COUNT
+            for k, n in value.items()
+        )
+    )
+
+
+def valid_value(subkey: str, value: Any) -> bool:
+    """May a peer's value for `subkey` enter the rate-limit document? (schema, types, ranges)"""
+    return subkey == SUBKEY and _parse(value) is not None
+
+
 def _parse(value: Any) -> tuple[int, dict[str, int], dict[str, int] | None] | None:
-    if not isinstance(value, list) or len(value) != 3 or not isinstance(value[0], int):
+    if type(value) is not list or len(value) != 3:
         return None
     w, counts, prev = value
-    if not isinstance(counts, dict) or not (prev is None or isinstance(prev, dict)):
+    if type(w) is not int or not 0 <= w < 2**53:
+        return None
+    if not _counts_ok(counts) or not (prev is None or _counts_ok(prev)):
         return None
     return w, counts, prev

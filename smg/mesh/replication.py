@@ -9,12 +9,14 @@ Three paths, all as `Stream` effects (TCP) the driver performs:
 - anti-entropy: every `sync_interval_s` one random live member gets our state vectors (repairs
   whatever a lost delta left behind).
 
-Bad bytes from a peer are counted and dropped (`rejected`), never raised.
+Bad bytes from a peer, and updates that break an ownership or validation rule, are counted by
+(namespace, reason) in `rejected` and dropped, never raised.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 from smg.mesh.messages import DocUpdate, DocVector, Stream, StreamMessage
 from smg.mesh.replica import Replica, ReplicaError
@@ -28,7 +30,7 @@ class Replication:
         self.rng = rng
         self.sync_interval_s = sync_interval_s
         self.live: frozenset[str] = frozenset()
-        self.rejected = 0
+        self.rejected: Counter[tuple[str, str]] = Counter()  # (namespace, reason)
         self._next_sync_s: float | None = None
 
     def tick(self, now: float, live: frozenset[str]) -> list[Stream]:
@@ -70,8 +72,11 @@ class Replication:
                     return out, changed
                 try:
                     missing = replica.diff(vector)
-                except ReplicaError:
-                    self.rejected += 1
+                except ReplicaError as e:
+                    self.rejected[namespace, e.reason] += 1
+                    return out, changed
+                if missing is None:  # the peer is in a newer generation: ask for its state
+                    out.append(Stream(src, DocVector(namespace, replica.state_vector(), False)))
                     return out, changed
                 out.append(Stream(src, DocUpdate(namespace, missing)))
                 if reply:
@@ -83,6 +88,6 @@ class Replication:
                 try:
                     if replica.apply(update):
                         changed.add(namespace)
-                except ReplicaError:
-                    self.rejected += 1
+                except ReplicaError as e:
+                    self.rejected[namespace, e.reason] += 1
         return out, changed

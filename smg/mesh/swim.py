@@ -14,6 +14,7 @@ from smg.mesh.config import MeshConfig
 from smg.mesh.membership import GONE, Membership, push_pull_scale
 from smg.mesh.messages import (
     MAX_COMPOUND_PARTS,
+    PACKET_ENVELOPE_BYTES,
     Ack,
     Alive,
     Compound,
@@ -324,16 +325,22 @@ class SwimNode(Membership):
 
     # --- helpers -----------------------------------------------------------------------------
     def _piggyback(self, used: int, head_parts: int = 0) -> list[Message]:
+        """Queued updates that fit next to `used` bytes: the whole datagram, encryption
+        included, stays within max_packet_bytes."""
         return list(
             self._queue.take(
                 self._live_count(),
                 _PART_OVERHEAD,
-                self.cfg.max_packet_bytes - used,
+                self.cfg.max_packet_bytes - PACKET_ENVELOPE_BYTES - used,
                 MAX_COMPOUND_PARTS - head_parts,
             )
         )
 
     def _send(self, addr: str, msg: Message) -> Send:
+        """`msg` with gossip piggybacked, but only towards a member: an answer to an address we
+        do not know (a replayed Ping from a spoofed source) is never larger than the request."""
+        if not any(m.addr == addr for m in self._members.values()):
+            return Send(addr, msg)
         # A compound never nests: piggybacked updates join the head's own parts.
         head = msg.parts if isinstance(msg, Compound) else (msg,)
         extra = self._piggyback(approx_size(msg), len(head))

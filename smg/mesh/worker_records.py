@@ -13,11 +13,18 @@ removed, not by the number of operations.
 
 Records of dead nodes stay: before the mesh compacts (which drops every owner that does not re-put
 its own keys), each survivor calls ``adopt_orphans(live)`` and copies the dead owners' latest
-records, stamps unchanged, under its own prefix; `effective()` is unchanged by the copy.
+records, stamps unchanged, under its own prefix, signed by itself: the adopter owns the copies.
+`effective()` is unchanged by the copy.
+
+Secrets are never replicated: a spec holds no ``api_key`` (`SPEC_FIELDS`), and `valid_value`, the
+check every node runs on a peer's record before merging it, refuses a spec that has one. A node
+that imports a worker calls it with its own ``--worker-api-key``. Every field is type- and
+range-checked there too, so a malformed record is dropped (and counted), never imported.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -25,9 +32,84 @@ from typing import Any
 from smg.mesh.hlc import HybridClock, Stamp
 from smg.mesh.replica import Replica
 
-__all__ = ["PREFIX", "HybridClock", "Stamp", "WorkerDirectory", "WorkerRecord"]
+__all__ = [
+    "PREFIX",
+    "SPEC_FIELDS",
+    "HybridClock",
+    "Stamp",
+    "WorkerDirectory",
+    "WorkerRecord",
+    "public_spec",
+    "valid_value",
+]
 
 PREFIX = "w/"
+MAX_URL_CHARS = 2048
+MAX_LABELS = 32
+_UINT53 = 2**53 - 1
+
+
+def _text(value: Any, limit: int) -> bool:
+    return type(value) is str and len(value) <= limit
+
+
+def _count(value: Any, limit: int) -> bool:
+    return type(value) is int and 0 <= value <= limit
+
+
+def _labels(value: Any) -> bool:
+    return (
+        type(value) is list
+        and len(value) <= MAX_LABELS
+        and all(
+            type(kv) is list and len(kv) == 2 and _text(kv[0], 128) and _text(kv[1], 512)
+            for kv in value
+        )
+    )
+
+
+# What a replicated worker spec may hold (AddWorker's fields but api_key), each with its check.
+SPEC_FIELDS: dict[str, Any] = {
+    "url": lambda v: _text(v, MAX_URL_CHARS) and bool(v),
+    "worker_type": lambda v: _text(v, 32),
+    "model_id": lambda v: v is None or _text(v, 512),
+    "priority": lambda v: _count(v, 2**31),
+    "cost": lambda v: type(v) in (int, float) and math.isfinite(v) and 0 <= v <= 1e12,
+    "labels": _labels,
+    "bootstrap_port": lambda v: v is None or _count(v, 65535),
+}
+
+
+def public_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The part of a worker spec that may leave this node (no credentials, known fields)."""
+    return {k: v for k, v in spec.items() if k in SPEC_FIELDS}
+
+
+def valid_value(subkey: str, value: Any) -> bool:
+    """May a peer's value for `subkey` enter the worker directory? (schema, types, ranges)"""
+    url = subkey[len(PREFIX) :]
+    if not subkey.startswith(PREFIX) or not url or len(url) > MAX_URL_CHARS:
+        return False
+    if type(value) is not list or len(value) != 3:
+        return False
+    action, spec, ts = value
+    if action not in ("add", "remove"):
+        return False
+    if not (
+        type(ts) is list
+        and len(ts) == 3
+        and _count(ts[0], _UINT53)
+        and _count(ts[1], _UINT53)
+        and _text(ts[2], 255)
+    ):
+        return False
+    if spec is None:
+        return action == "remove"
+    return (
+        type(spec) is dict
+        and spec.get("url") == url
+        and all(k in SPEC_FIELDS and SPEC_FIELDS[k](v) for k, v in spec.items())
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +148,7 @@ class WorkerDirectory:
         self._cache: tuple[int, dict[str, WorkerRecord]] | None = None
 
     def publish_add(self, url: str, spec: dict[str, Any], ts: Stamp) -> None:
-        self.replica.put(PREFIX + url, ["add", spec, list(ts)])
+        self.replica.put(PREFIX + url, ["add", {**public_spec(spec), "url": url}, list(ts)])
 
     def publish_remove(self, url: str, ts: Stamp) -> None:
         self.replica.put(PREFIX + url, ["remove", None, list(ts)])

@@ -33,6 +33,9 @@ import pytest
 from .conftest import REPO, http, wait_until
 
 KEY = "netns-cluster-key"
+# The nodes serve HTTP beyond loopback (10.x addresses): the admin plane needs a control-plane key.
+ADMIN_KEY = "netns-admin-key"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 HTTP_PORT, MESH_PORT, SIM_PORT = 8000, 7946, 9000
 STOP_DEADLINE_S = 5.0
 
@@ -83,7 +86,7 @@ class NsNode:
         return f"{self.ip}:{MESH_PORT}"
 
     def get(self, path: str) -> Any:
-        r = http("GET", self.url + path, timeout_s=2.0)
+        r = http("GET", self.url + path, headers=ADMIN, timeout_s=2.0)
         assert r.status == 200, r
         return r.json()
 
@@ -156,6 +159,7 @@ class Net:
             "node", "--host", ip, "--port", str(HTTP_PORT), "--prometheus-port", "0",
             "--mesh-host", ip, "--mesh-port", str(MESH_PORT), "--mesh-profile", "test",
             "--cluster-key", KEY, "--log-level", "info",
+            "--control-plane-api-keys", f"netns:netns:admin:{ADMIN_KEY}",
         ]  # fmt: skip
         if join:
             argv += ["--join", ",".join(f"{self.ip(j)}:{MESH_PORT}" for j in join)]
@@ -251,7 +255,7 @@ def test_a_kernel_partition_hides_a_registration_until_it_heals(net: Net) -> Non
             "C declares A and B dead",
         )
         print(f"nft cut -> both sides see the other dead after {time.monotonic() - t0:.2f} s")
-        r = http("POST", a.url + "/workers", {"url": sim_url})
+        r = http("POST", a.url + "/workers", {"url": sim_url}, headers=ADMIN)
         assert r.status == 202, r
         wait_until(lambda: b.has_worker(sim_url), 5.0, "B imports the worker")
         time.sleep(1.0)

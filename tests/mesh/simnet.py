@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 
 from smg.mesh.codec import decode_frame_body, decode_packet, encode_frame, encode_packet
 from smg.mesh.config import MeshConfig
+from smg.mesh.keyring import Keyring
 from smg.mesh.messages import Effect, Message, PushPull, Send, StreamMessage
 from smg.mesh.swim import SwimNode
 
 from .simlinks import Links
 
 _WAKE, _UDP, _TCP = 0, 1, 2
-_KEY = b"simulated-cluster-key"
+_KEY = Keyring("simulated-cluster-key")
 
 
 @dataclass(order=True, slots=True)
@@ -72,8 +73,12 @@ class SimNet:
         return self.links.cut
 
     # --- membership of the simulation --------------------------------------------------------
+    def node_id(self, addr: str, epoch: int | None) -> str:
+        """The id of a new process at `addr` (StateNet's carry a key fingerprint too)."""
+        return addr if epoch is None else f"{addr}@{epoch}"
+
     def add(self, addr: str, seeds: tuple[str, ...] = (), epoch: int | None = None) -> SwimNode:
-        node_id = addr if epoch is None else f"{addr}@{epoch}"
+        node_id = self.node_id(addr, epoch)
         node = SwimNode(node_id, addr, self.cfg, random.Random(self.rng.random()))
         self.nodes[addr] = node
         self.down.discard(addr)
@@ -115,6 +120,8 @@ class SimNet:
         for e in effects:
             if isinstance(e, Send):
                 packet = encode_packet(e.message, _KEY)
+                # the budget holds for whole encrypted datagrams, not only payloads
+                assert len(packet) <= self.cfg.max_packet_bytes, (len(packet), e.message)
                 self.bytes_out[src]["udp"] += len(packet)
                 self._post_udp(src, e.addr, decode_packet(packet, _KEY))
             else:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from smg.mesh import rate_limit, worker_records
 from smg.mesh.config import MeshConfig
+from smg.mesh.identity import NodeIdentity
 from smg.mesh.messages import Effect, Message, PushPull, State, StreamMessage
 from smg.mesh.rate_limit import ClusterRateLimiter
 from smg.mesh.replica import Replica
@@ -30,6 +32,7 @@ from .checker import NodeView, WorkerOp, check
 from .simnet import SimNet
 
 WORKERS, RATE_LIMITS = "workers", "rate_limits"
+VALIDATORS = {WORKERS: worker_records.valid_value, RATE_LIMITS: rate_limit.valid_value}
 _LIVE = (State.ALIVE, State.SUSPECT)
 View = tuple[tuple[str, State, int], ...]
 
@@ -98,11 +101,21 @@ class StateNet(SimNet):
         self._srng = random.Random(self.rng.random())  # our own draws: SimNet's stay as they were
 
     # --- processes ---------------------------------------------------------------------------
+    def node_id(self, addr: str, epoch: int | None) -> str:
+        """A fresh key pair every boot; the id names it (as GatewayMesh's do)."""
+        rng = self._srng
+        self._skew.setdefault(addr, rng.uniform(-self.max_skew_s, self.max_skew_s))
+        doc_rng = random.Random(rng.getrandbits(64))  # a fresh identity every boot
+        name = addr if epoch is None else f"{addr}@{epoch}"
+        self._identity = NodeIdentity.generate(name, doc_rng)
+        return self._identity.node_id
+
     def _started(self, addr: str, node: SwimNode) -> None:
         rng = self._srng
-        skew = self._skew.setdefault(addr, rng.uniform(-self.max_skew_s, self.max_skew_s))
-        doc_rng = random.Random(rng.getrandbits(64))  # fresh client ids every boot
-        replicas = {ns: Replica(ns, node.node_id, doc_rng) for ns in (WORKERS, RATE_LIMITS)}
+        skew = self._skew[addr]
+        identity = self._identity
+        assert identity.node_id == node.node_id
+        replicas = {ns: Replica(ns, identity, VALIDATORS[ns]) for ns in (WORKERS, RATE_LIMITS)}
         hlc = HybridClock(lambda: self.now + skew, node.node_id)
         limiter = None
         if self.rate_limit is not None:

@@ -1,5 +1,3 @@
-import hashlib
-import hmac
 import random
 import struct
 import tracemalloc
@@ -8,8 +6,8 @@ import msgpack
 import pytest
 
 from smg.mesh.codec import (
-    MAC_BYTES,
     MAX_COMPOUND_PARTS,
+    SEAL_BYTES,
     CodecError,
     FrameDecoder,
     decode_packet,
@@ -17,6 +15,7 @@ from smg.mesh.codec import (
     encode_packet,
     encoded_size,
 )
+from smg.mesh.keyring import Keyring
 from smg.mesh.messages import (
     Ack,
     Alive,
@@ -38,8 +37,8 @@ from smg.mesh.messages import (
     approx_size,
 )
 
-KEY = b"cluster-secret-0123456789abcdef"
-OTHER_KEY = b"another-cluster-secret"
+KEY = Keyring("cluster-secret-0123456789abcdef")
+OTHER_KEY = Keyring("another-cluster-secret")
 
 
 def _node(i: int) -> str:
@@ -106,15 +105,15 @@ STREAMS: list[StreamMessage] = [
 # --- round trips -------------------------------------------------------------------------------
 @pytest.mark.parametrize("key", [None, KEY])
 @pytest.mark.parametrize("msg", PACKETS, ids=lambda m: type(m).__name__)
-def test_packet_round_trip(msg: Message, key: bytes | None) -> None:
+def test_packet_round_trip(msg: Message, key: Keyring | None) -> None:
     data = encode_packet(msg, key)
     assert decode_packet(data, key) == msg
-    assert len(data) == encoded_size(msg) + (MAC_BYTES if key else 0)
+    assert len(data) == encoded_size(msg) + (SEAL_BYTES if key else 0)
 
 
 @pytest.mark.parametrize("key", [None, KEY])
 @pytest.mark.parametrize("msg", STREAMS, ids=lambda m: type(m).__name__)
-def test_frame_round_trip(msg: StreamMessage, key: bytes | None) -> None:
+def test_frame_round_trip(msg: StreamMessage, key: Keyring | None) -> None:
     frame = encode_frame(msg, key)
     (size,) = struct.unpack(">I", frame[:4])
     assert size == len(frame) - 4
@@ -150,7 +149,7 @@ def test_encoder_rejects_our_own_bad_messages() -> None:
 @pytest.mark.parametrize(
     ("send_key", "recv_key"), [(KEY, OTHER_KEY), (None, KEY), (KEY, None), (OTHER_KEY, KEY)]
 )
-def test_key_mismatch_is_bad_mac(send_key: bytes | None, recv_key: bytes | None) -> None:
+def test_key_mismatch_is_bad_mac(send_key: Keyring | None, recv_key: Keyring | None) -> None:
     for msg in PACKETS:
         with pytest.raises(CodecError) as err:
             decode_packet(encode_packet(msg, send_key), recv_key)
@@ -168,7 +167,7 @@ def test_tampered_payload_is_bad_mac() -> None:
     assert err.value.reason == "bad_mac"
 
 
-@pytest.mark.parametrize("version", [0x00, 0x02, 0x7F, 0x80 | 0x02, 0xFF])
+@pytest.mark.parametrize("version", [0x00, 0x01, 0x03, 0x7F, 0x80 | 0x01, 0xFF])
 def test_unknown_version(version: int) -> None:
     data = bytearray(encode_packet(Ack(1), None))
     data[0] = version
@@ -179,7 +178,7 @@ def test_unknown_version(version: int) -> None:
 
 # --- malformed input ---------------------------------------------------------------------------
 def _raw(obj: object) -> bytes:
-    return b"\x01" + msgpack.packb(obj, use_bin_type=True)
+    return b"\x02" + msgpack.packb(obj, use_bin_type=True)
 
 
 @pytest.mark.parametrize(
@@ -220,14 +219,14 @@ def test_malformed_packets(obj: object) -> None:
     "data",
     [
         b"",
-        b"\x01",
-        b"\x01\xc1",  # never-used msgpack byte
-        b"\x01\x93\x01\x07\xa4no",  # truncated str
-        b"\x01\x92\x03\x01\x00",  # trailing bytes
-        b"\x01\x92\x01\xa2\xff\xfe",  # invalid UTF-8
-        b"\x01\xdd\xff\xff\xff\xff",  # array32 claiming 4 billion items
-        b"\x01\x92\x03\xd4\x01\x00",  # ext type
-        b"\x01" + b"\x91" * 5000 + b"\x90",  # very deep nesting
+        b"\x02",
+        b"\x02\xc1",  # never-used msgpack byte
+        b"\x02\x93\x01\x07\xa4no",  # truncated str
+        b"\x02\x92\x03\x01\x00",  # trailing bytes
+        b"\x02\x92\x01\xa2\xff\xfe",  # invalid UTF-8
+        b"\x02\xdd\xff\xff\xff\xff",  # array32 claiming 4 billion items
+        b"\x02\x92\x03\xd4\x01\x00",  # ext type
+        b"\x02" + b"\x91" * 5000 + b"\x90",  # very deep nesting
     ],
 )
 def test_malformed_bytes(data: bytes) -> None:
@@ -253,7 +252,7 @@ def test_packet_too_large() -> None:
 
 
 @pytest.mark.parametrize("key", [None, KEY])
-def test_truncation_at_every_offset(key: bytes | None) -> None:
+def test_truncation_at_every_offset(key: Keyring | None) -> None:
     for msg in (_realistic_compound(), PingReq(1, "node-b", "127.0.0.1:2"), StateSync(_updates(9))):
         data = encode_packet(msg, key)
         for cut in range(len(data)):
@@ -278,15 +277,14 @@ def _mutate(rng: random.Random, data: bytes) -> bytes:
     return bytes(buf)
 
 
-def _sign(payload: bytes) -> bytes:
-    version = b"\x81"  # wire version 1 with the keyed flag
-    mac = hmac.new(KEY, version + payload, hashlib.sha256).digest()[:MAC_BYTES]
-    return version + mac + payload
+def _seal(payload: bytes) -> bytes:
+    version = b"\x82"  # wire version 2 with the keyed flag
+    return version + KEY.seal(version + b"p", payload)
 
 
 @pytest.mark.parametrize("keyed", [False, True])
 def test_fuzz_packets_only_raise_codec_error(keyed: bool) -> None:
-    """Random and mutated payloads; when keyed, mutants are re-signed to reach the parser."""
+    """Random and mutated payloads; when keyed, mutants are re-encrypted to reach the parser."""
     key = KEY if keyed else None
     rng = random.Random(20240611)
     payloads = [encode_packet(m, None)[1:] for m in PACKETS if encoded_size(m) < 4000]
@@ -296,9 +294,9 @@ def test_fuzz_packets_only_raise_codec_error(keyed: bool) -> None:
             payload = bytes(rng.randrange(256) for _ in range(rng.randint(0, 64)))
         else:
             payload = _mutate(rng, rng.choice(payloads))
-        data = _sign(payload) if keyed else b"\x01" + payload
+        data = _seal(payload) if keyed else b"\x02" + payload
         if i % 5 == 0:
-            data = _mutate(rng, data)  # also hit the version byte and the MAC
+            data = _mutate(rng, data)  # also hit the version byte, the nonce and the tag
         try:
             msg = decode_packet(data, key)
         except CodecError as err:
@@ -327,7 +325,7 @@ def test_fuzz_frames_only_raise_codec_error() -> None:
 
 # --- the frame decoder -------------------------------------------------------------------------
 @pytest.mark.parametrize("key", [None, KEY])
-def test_frame_decoder_chunk_invariance(key: bytes | None) -> None:
+def test_frame_decoder_chunk_invariance(key: Keyring | None) -> None:
     stream = b"".join(encode_frame(m, key) for m in STREAMS[:4] + STREAMS[5:])
     expected = STREAMS[:4] + STREAMS[5:]
 
@@ -397,7 +395,7 @@ def test_bad_version_and_empty_frame() -> None:
 def test_realistic_compound_fits_in_one_datagram() -> None:
     msg = _realistic_compound()
     data = encode_packet(msg, KEY)
-    assert len(data) == encoded_size(msg) + MAC_BYTES
+    assert len(data) == encoded_size(msg) + SEAL_BYTES
     assert len(data) < 1400
 
 

@@ -1,10 +1,10 @@
-import random
 from collections import deque
 
 import pytest
 
-from smg.mesh.rate_limit import ClusterRateLimiter
-from smg.mesh.replica import Replica
+from smg.mesh.rate_limit import ClusterRateLimiter, valid_value
+
+from .ids import replica
 
 LIMIT, WINDOW = 100, 1.0
 
@@ -12,8 +12,8 @@ LIMIT, WINDOW = 100, 1.0
 def cluster(n: int) -> list[ClusterRateLimiter]:
     out = []
     for i in range(n):
-        r = Replica("rl", f"n{i}@1", random.Random(i + 1))
-        out.append(ClusterRateLimiter(r, f"n{i}@1", LIMIT, WINDOW))
+        r = replica(f"n{i}@1", i + 1, "rl", valid_value)
+        out.append(ClusterRateLimiter(r, r.owner, LIMIT, WINDOW))
     return out
 
 

@@ -7,10 +7,11 @@ from smg.mesh.replica import Replica, ReplicaError, decode_update, encode_update
 from smg.mesh.worker_records import WorkerDirectory
 
 from .checker import NodeView, WorkerOp, check
+from .ids import replica
 
 
 def rep(owner: str, seed: int = 0, ns: str = "ns") -> Replica:
-    return Replica(ns, owner, random.Random(seed))
+    return replica(owner, seed, ns)
 
 
 def sync(a: Replica, b: Replica) -> None:
@@ -27,9 +28,9 @@ def test_put_get_items_and_types_round_trip() -> None:
     assert delta is not None and a.take_delta() is None
     assert b.apply(delta) is True
     assert b.version == v0 + 1
-    assert b.get("a@1/x") == {"n": 1, "f": 1.5, "l": [1, 2]}
-    assert isinstance(b.get("a@1/x")["n"], int)
-    assert b.items() == a.items() == b.owned_by("a@1")
+    assert b.get(f"{a.owner}/x") == {"n": 1, "f": 1.5, "l": [1, 2]}
+    assert isinstance(b.get(f"{a.owner}/x")["n"], int)
+    assert b.items() == a.items() == b.owned_by(a.owner)
     assert b.apply(delta) is False  # idempotent
     assert a.digest() == b.digest()
 
@@ -49,7 +50,7 @@ def test_delete_propagates() -> None:
     a.put("y", 2)
     a.delete("y")
     b.apply(a.take_delta() or b"")
-    assert b.items() == {"a@1/x": 1}
+    assert b.items() == {f"{a.owner}/x": 1}
 
 
 @pytest.mark.parametrize(
@@ -69,7 +70,7 @@ def test_adversarial_bytes_raise_replica_error(data: bytes) -> None:
     with pytest.raises(ReplicaError):
         a.apply(data)
         a.diff(data)
-    assert a.items() == {"a@1/x": 1}
+    assert a.items() == {f"{a.owner}/x": 1}
 
 
 def test_fuzzed_updates_never_leak_other_errors() -> None:
@@ -88,7 +89,7 @@ def test_fuzzed_updates_never_leak_other_errors() -> None:
         except ReplicaError:
             pass
         r.put("ok", 1)  # still usable
-        assert r.get("r@1/ok") == 1
+        assert r.get(f"{r.owner}/ok") == 1
 
 
 def test_reused_client_id_loses_writes_fresh_one_keeps_them() -> None:
@@ -106,13 +107,12 @@ def test_reused_client_id_loses_writes_fresh_one_keeps_them() -> None:
     a1, b = rep("a@1", 1), rep("b@1", 2)
     a1.put("x", 1)
     sync(a1, b)
-    a2 = rep("a@2", 1)  # same seed would even give the same id: use the per-boot rng
-    a2 = Replica("ns", "a@2", random.Random(12345))
+    a2 = rep("a@2", 1)  # a restart: a new key pair, so a new client id
     assert a2.client_id != a1.client_id
     sync(a2, b)
     a2.put("y", 2)
     sync(a2, b)
-    assert b.get("a@2/y") == 2 and b.get("a@1/x") == 1
+    assert b.get(f"{a2.owner}/y") == 2 and b.get(f"{a1.owner}/x") == 1
 
 
 def measure(writes: int, keys: int) -> int:
@@ -147,13 +147,18 @@ def test_compaction_with_concurrent_writers_loses_nothing() -> None:
     c.put("new", 1)
     # b hears of generation 1 before anyone hears its late write
     b.apply(a.take_delta() or b"")
-    assert b.generation == 1 and b.get("b@1/k") == "b-late"
-    assert b.get("c@1/k") == "c@1"  # fallback: no visible blip while c has not re-put
+    assert b.generation == 1 and b.get(f"{b.owner}/k") == "b-late"
+    assert b.get(f"{c.owner}/k") == c.owner  # fallback: no blip while c has not re-put
     # old-generation traffic is ignored by a newer replica; the laggard adopts via diff
     assert a.apply(c.take_delta() or b"") is False
     for _ in range(2):
         sync(a, b), sync(b, c), sync(a, c)
-    want = {"a@1/k": "a@1", "b@1/k": "b-late", "c@1/k": "c@1", "c@1/new": 1}
+    want = {
+        f"{a.owner}/k": a.owner,
+        f"{b.owner}/k": "b-late",
+        f"{c.owner}/k": c.owner,
+        f"{c.owner}/new": 1,
+    }
     assert a.items() == b.items() == c.items() == want
     assert {r.generation for r in (a, b, c)} == {1}
     assert a.previous_owners() == set()
@@ -167,18 +172,18 @@ def test_concurrent_compactions_and_dead_owner_fallback() -> None:
     b.compact()  # both to generation 1
     sync(a, b)
     assert a.generation == b.generation == 1
-    assert a.get("d@1/w") == 1 and a.previous_owners() == {"d@1"}  # dead d still visible
+    assert a.get(f"{d.owner}/w") == 1 and a.previous_owners() == {d.owner}  # dead d visible
     assert a.digest() == b.digest()
     a.release_previous()
     b.release_previous()
-    assert a.get("d@1/w") is None and a.digest() == b.digest()
+    assert a.get(f"{d.owner}/w") is None and a.digest() == b.digest()
 
 
 def test_seeded_simulation_converges_and_passes_checker() -> None:
     rng = random.Random(42)
     names = [f"n{i}@1" for i in range(5)]
-    reps = {n: Replica("workers", n, random.Random(rng.getrandbits(64))) for n in names}
-    dirs = {n: WorkerDirectory(reps[n], n) for n in names}
+    reps = {n: replica(n, rng.getrandbits(64), "workers") for n in names}
+    dirs = {n: WorkerDirectory(reps[n], reps[n].owner) for n in names}
     ops: list[WorkerOp] = []
     clock = 0
     part: set[str] = set()
@@ -194,13 +199,13 @@ def test_seeded_simulation_converges_and_passes_checker() -> None:
             part = set()
         n = rng.choice(names)
         url = f"http://w{rng.randrange(12)}"
-        ts = (clock, 0, n)
+        ts = (clock, 0, reps[n].owner)
         if rng.random() < 0.7:
             dirs[n].publish_add(url, {"url": url}, ts)
-            ops.append(WorkerOp("add", url, ts, n))
+            ops.append(WorkerOp("add", url, ts, reps[n].owner))
         else:
             dirs[n].publish_remove(url, ts)
-            ops.append(WorkerOp("remove", url, ts, n))
+            ops.append(WorkerOp("remove", url, ts, reps[n].owner))
         if step == 200:
             reps[rng.choice(names)].compact()
         delta = reps[n].take_delta()
@@ -215,19 +220,22 @@ def test_seeded_simulation_converges_and_passes_checker() -> None:
             for y in names:
                 if x != y:
                     reps[y].apply(reps[x].diff(reps[y].state_vector()))
-    views = [NodeView(n, reps[n].digest(), dirs[n].effective()) for n in names]
+    views = [NodeView(reps[n].owner, reps[n].digest(), dirs[n].effective()) for n in names]
     assert check(views, ops) == []
     assert len({r.generation for r in reps.values()}) == 1
 
 
-def test_cache_summaries_are_bounded_and_imported_from_others() -> None:
-    from smg.mesh.cache_summary import MAX_ITEMS, MAX_PREFIXES, CacheSummaries
+def test_cache_summaries_are_bounded_hashes_imported_from_others() -> None:
+    from smg.mesh.cache_summary import HASH_BYTES, MAX_HASHES, CacheSummaries, valid_value
 
-    a, b = rep("a@1", 1), rep("b@1", 2)
-    ca, cb = CacheSummaries(a, "a@1"), CacheSummaries(b, "b@1")
-    ca.publish("u", ["x" * 1000, [1, 2, 3], *[f"p{i}" for i in range(200)]])
-    cb.publish("u", ["mine"])
+    a, b = rep("a@1", 1, "cache"), rep("b@1", 2, "cache")
+    b.validate = a.validate = valid_value
+    ca, cb = CacheSummaries(a, a.owner), CacheSummaries(b, b.owner)
+    hashes = [i.to_bytes(HASH_BYTES, "big") for i in range(MAX_HASHES + 50)]
+    ca.publish("u", [hashes[0], b"short", *hashes])
+    cb.publish("u", [b"m" * HASH_BYTES])
     sync(a, b)
     got = cb.imported()["u"]
-    assert len(got) == MAX_PREFIXES and got[0] == "x" * MAX_ITEMS and got[1] == [1, 2, 3]
-    assert "mine" not in got and ca.imported() == {"u": ["mine"]}
+    assert got == hashes[:MAX_HASHES]  # deduplicated, wrong sizes dropped, bounded
+    assert ca.imported() == {"u": [b"m" * HASH_BYTES]}
+    assert cb.changed({}) == [("u", hashes[:MAX_HASHES])]

@@ -8,9 +8,11 @@ from smg.mesh.messages import DocUpdate, DocVector, Stream
 from smg.mesh.replica import Replica
 from smg.mesh.replication import Replication
 
+from .ids import replica as make_replica
+
 
 def node(name: str, seed: int) -> tuple[Replica, Replication]:
-    replica = Replica("ns", name, random.Random(seed))
+    replica = make_replica(name, seed)
     return replica, Replication({"ns": replica}, random.Random(seed), sync_interval_s=5.0)
 
 
@@ -45,7 +47,8 @@ def test_contact_repairs_both_sides() -> None:
     effects = a.set_live(frozenset({"b"}))
     assert [type(e.message) for e in effects] == [DocVector]
     deliver(effects, {"a": a, "b": b}, "a")
-    assert ra.digest() == rb.digest() and set(ra.items()) == {"a/only-a", "b/only-b"}
+    assert ra.digest() == rb.digest()
+    assert set(ra.items()) == {f"{ra.owner}/only-a", f"{rb.owner}/only-b"}
 
 
 def test_anti_entropy_picks_a_live_member_every_interval() -> None:
@@ -60,8 +63,21 @@ def test_anti_entropy_picks_a_live_member_every_interval() -> None:
 def test_bad_bytes_are_counted_not_raised() -> None:
     ra, a = node("a", 1)
     out, changed = a.receive("b", DocUpdate("ns", b"\x00garbage"))
-    assert (out, changed, a.rejected) == ([], set(), 1)
+    assert (out, changed, dict(a.rejected)) == ([], set(), {("ns", "malformed"): 1})
     out, _ = a.receive("b", DocVector("ns", b"\xff\xfe", True))
-    assert out == [] and a.rejected == 2
+    assert out == [] and a.rejected[("ns", "malformed")] == 2
     assert a.receive("b", DocUpdate("unknown-namespace", b"x")) == ([], set())
     assert ra.items() == {}
+
+
+def test_a_peer_a_generation_ahead_is_asked_for_its_state_not_believed() -> None:
+    ra, a = node("a", 1)
+    rb, b = node("b", 2)
+    ra.put("x", 1)
+    ra.compact()  # a is in generation 1, b still in 0
+    ra.take_delta()  # lost: b must learn generation 1 from a's signed state
+    # a's (unsigned) state vector names generation 1: b answers with its own vector, no diff
+    out, _ = b.receive("a", DocVector("ns", ra.state_vector(), True))
+    assert [type(e.message) for e in out] == [DocVector] and rb.generation == 0
+    deliver(out, {"a": a, "b": b}, "b")  # a answers with its full, signed state
+    assert rb.generation == 1 and rb.items() == ra.items()

@@ -86,3 +86,19 @@ def test_ten_percent_loss_has_no_lasting_false_dead() -> None:
     net.run_until(net.now + 30.0)
     assert _all_alive(net)
     print(f"10% loss, 300 simulated s: DEAD observations in 5 s samples = {dead_samples}")
+
+
+def test_answers_to_unknown_addresses_carry_no_gossip() -> None:
+    """A replayed Ping from a spoofed source draws an Ack no larger than the Ping."""
+    import random
+
+    from smg.mesh.config import MeshConfig
+    from smg.mesh.messages import Ack, Alive, Compound, Ping
+    from smg.mesh.swim import SwimNode
+
+    node = SwimNode("a@1", "10.0.0.1:1", MeshConfig.test(), random.Random(0))
+    node.merge(0.0, tuple(Alive(f"n{i}@1", f"10.0.0.{i + 2}:1", 1) for i in range(5)))
+    stranger = node.receive(0.1, "192.0.2.9:9", Ping(7, "a@1"))
+    assert [e.message for e in stranger] == [Ack(7)]
+    member = node.receive(0.2, "10.0.0.2:1", Ping(8, "a@1"))
+    assert isinstance(member[0].message, Compound)  # members still get the piggybacked gossip

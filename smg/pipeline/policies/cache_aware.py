@@ -20,6 +20,11 @@ scores each candidate whose index is authoritative by its run of consecutive cac
 share wins the same way (least-loaded among those holding it, if above `cache_threshold`). The
 tree is still updated for every winner, so it is warm when a worker's stream falls back to it.
 
+When the tree's best share is not above `cache_threshold` and other mesh nodes published hints
+(hashes of the prefixes they routed, see `smg.pipeline.prefix_hints`), the longest hinted prefix
+among the candidates counts as the match instead, if it is longer: a node that just joined routes
+like the others did.
+
 Unlike the Rust gateway, the match only counts routable candidates: a prefix held by a worker that
 is down must not pin requests to nobody. The trees live in a `CacheAwareState` that the policy only
 references, so a cache-index actor can own them (and run the periodic `evict`) later.
@@ -32,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 from smg.pipeline.kv_index import KvIndex, KvIndexes
 from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
+from smg.pipeline.prefix_hints import PrefixHints
 from smg.pipeline.radix_tree import Eviction, RadixTree
 
 RECENT_PER_WORKER = 64  # prefixes remembered per worker for the mesh's cache summaries
@@ -40,14 +46,15 @@ RECENT_ITEMS = 256  # items (characters or token ids) kept of each
 
 class CacheAwareState:
     """The prefix trees, one per model (requests without a model share the tree named ""), and
-    per worker the last few routed prefixes (what the mesh publishes so that another node can
-    start warm)."""
+    per worker the last few routed prefixes (the mesh publishes their hashes so that another
+    node can start warm), and the hints learned from other nodes."""
 
-    __slots__ = ("_recent", "_trees")
+    __slots__ = ("_recent", "_trees", "hints")
 
     def __init__(self) -> None:
         self._trees: dict[str, RadixTree] = {}
         self._recent: dict[str, deque[str | tuple[int, ...]]] = {}
+        self.hints = PrefixHints()
 
     def note(self, worker_id: str, key: str | Sequence[int]) -> None:
         recent = self._recent.get(worker_id)
@@ -98,6 +105,7 @@ class CacheAwareState:
 
     def remove_tenant(self, worker_id: str) -> None:
         self._recent.pop(worker_id, None)
+        self.hints.forget(worker_id)
         for model, tree in list(self._trees.items()):
             tree.remove_tenant(worker_id)
             if tree.node_count == 0:
@@ -188,6 +196,8 @@ class CacheAwarePolicy:
             else:
                 match = tree.match(key, among=frozenset(ids))
                 share, holders = match.matched / len(key), set(match.tenants)
+            if share <= self._threshold and self._state.hints:
+                share, holders = self._hinted(request.model or "", key, ids, share, holders)
             if share > self._threshold:
                 choice = min((i for i in range(n) if ids[i] in holders), key=loads.__getitem__)
             else:
@@ -197,6 +207,20 @@ class CacheAwarePolicy:
         tree.insert(key, ids[choice], self._now())
         self._state.note(ids[choice], key)
         return choice
+
+    def _hinted(
+        self,
+        model: str,
+        key: str | Sequence[int],
+        ids: list[str],
+        share: float,
+        holders: set[str],
+    ) -> tuple[float, set[str]]:
+        """The tree's match, or the longest prefix other nodes routed, if that is longer."""
+        matched, hinted = self._state.hints.match(model, key, ids)
+        if matched / len(key) > share:
+            return matched / len(key), hinted
+        return share, holders
 
     def _kv(self, request: RouteRequest) -> KvIndex | None:
         if self.kv_index is None or not request.tokens:

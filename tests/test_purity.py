@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parent.parent / "smg"
 PURE = [
     *sorted((ROOT / "core").glob("*.py")),
     ROOT / "pipeline" / "radix_tree.py",
+    ROOT / "pipeline" / "radix_eviction.py",
     ROOT / "pipeline" / "sampling.py",
     ROOT / "pipeline" / "body_fields.py",
     ROOT / "pipeline" / "loads.py",

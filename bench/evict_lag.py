@@ -72,7 +72,11 @@ async def one_pass(args: argparse.Namespace, rng: random.Random) -> dict[str, fl
         return t[0]
 
     policy = CacheAwarePolicy(
-        cache_threshold=0.5, balance_abs_threshold=64, balance_rel_threshold=1.5, now=now
+        cache_threshold=0.5,
+        balance_abs_threshold=64,
+        balance_rel_threshold=1.5,
+        now=now,
+        max_tree_bytes=1 << 40,  # the per-worker bound alone: the pass this bench times
     )
     tree = policy.state.tree("m")
     for i, k in enumerate(keys(rng, args.kind, args.n, args.length)):

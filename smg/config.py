@@ -115,6 +115,11 @@ class RoutingConfig:
     max_tree_size: int = knob(
         67_108_864, "cache_aware: most characters (tokens) a worker keeps in a model's tree."
     )
+    max_tree_bytes: int = knob(
+        67_108_864,
+        "cache_aware: memory (estimated bytes) all prefix trees may take together, every model "
+        "and worker; evicted from 90% on, new prefixes unrecorded at 100%.",
+    )
     block_size: int = knob(16, "KV cache block size (tokens) for event-driven cache-aware routing.")
     disable_kv_events: bool = knob(
         False,

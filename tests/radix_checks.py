@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from smg.pipeline.radix_tree import RadixTree
+import sys
+
+from smg.pipeline.radix_tree import NODE_BYTES, TENANT_BYTES, RadixTree
 
 
 def check_invariants(tree: RadixTree) -> None:
@@ -10,6 +12,7 @@ def check_invariants(tree: RadixTree) -> None:
     sizes: dict[str, int] = {}
     total = 0
     count = 0
+    estimated = 0
     root = tree._root
     stack = [root]
     while stack:
@@ -25,7 +28,9 @@ def check_invariants(tree: RadixTree) -> None:
                 sizes[tenant] = sizes.get(tenant, 0) + len(child.key)
             total += len(child.key)
             count += 1
+            estimated += NODE_BYTES + TENANT_BYTES * len(child.tenants) + sys.getsizeof(child.key)
             stack.append(child)
     assert tree.tenant_sizes() == sizes
     assert tree.total_size == total
     assert tree.node_count == count
+    assert tree.total_bytes == estimated

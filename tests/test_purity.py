@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parent.parent / "smg"
 PURE = [
     *sorted((ROOT / "core").glob("*.py")),
     ROOT / "pipeline" / "radix_tree.py",
+    ROOT / "pipeline" / "radix_eviction.py",
     ROOT / "pipeline" / "sampling.py",
     ROOT / "pipeline" / "body_fields.py",
     ROOT / "pipeline" / "loads.py",
@@ -22,6 +23,9 @@ PURE = [
     ROOT / "pipeline" / "backends" / "grpc_replies.py",
     ROOT / "pipeline" / "backends" / "h2_client.py",
     ROOT / "pipeline" / "backends" / "h2_frames.py",
+    ROOT / "pipeline" / "backends" / "h2_flow.py",
+    ROOT / "pipeline" / "backends" / "h2_headers.py",
+    ROOT / "pipeline" / "backends" / "h2_send.py",
     ROOT / "pipeline" / "backends" / "hpack.py",
     *sorted((ROOT / "mesh").glob("*.py")),
     ROOT / "sim" / "engine_core.py",

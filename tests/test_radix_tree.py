@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from radix_checks import check_invariants
 
-from smg.pipeline.radix_tree import Eviction, PrefixMatch, RadixTree
+from smg.pipeline.radix_eviction import Eviction
+from smg.pipeline.radix_tree import PrefixMatch, RadixTree
 
 AnyKey: TypeAlias = str | tuple[int, ...]
 

@@ -50,6 +50,7 @@ MAPPING: list[tuple[bool, dict[str, Any], dict[str, Any]]] = [
     (CHAT, {"min_tokens": 4, "max_tokens": 4}, {"min_tokens": 4, "max_tokens": 4}),
     (CHAT, {"stop": "a"}, {"stop": ("a",)}),
     (CHAT, {"stop": ["a", "b", "c", "d"]}, {"stop": ("a", "b", "c", "d")}),
+    (CHAT, {"stop": ["x" * 1024, "é" * 1024]}, {"stop": ("x" * 1024, "é" * 1024)}),  # the cap
     (CHAT, {"stop": []}, {"stop": ()}),
     (CHAT, {"stop_token_ids": [1, 2]}, {"stop_token_ids": (1, 2)}),
     (CHAT, {"n": 10}, {"n": 10}),
@@ -146,6 +147,8 @@ ERRORS: list[tuple[bool, dict[str, Any], str, str | None]] = [
     (CHAT, {"stop": ["a", "b", "c", "d", "e"]}, "array_above_max_length", "stop"),
     (COMP, {"stop": ["a", "b", "c", "d", "e"]}, "array_above_max_length", "stop"),
     (CHAT, {"stop": ""}, "invalid_value", "stop"),
+    (CHAT, {"stop": "x" * 1025}, "string_above_max_length", "stop"),
+    (COMP, {"stop": ["a", "é" * 1025]}, "string_above_max_length", "stop"),
     (CHAT, {"stop": ["a", ""]}, "invalid_value", "stop"),
     (CHAT, {"stop": 5}, "invalid_type", "stop"),
     (CHAT, {"stop": [1]}, "invalid_type", "stop"),

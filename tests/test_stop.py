@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smg.pipeline.stop import StopMatcher
+from smg.pipeline.stop import StopMatcher, compile_stops
 
 
 def run(stops: list[str], chunks: list[str], include: bool = False) -> tuple[str, str | None]:
@@ -88,6 +88,80 @@ def chunkings(text: str, rng: random.Random) -> list[list[str]]:
 
 
 ALPHABET = "ab\n</s>xé🎉"
+
+
+def reference(stops: list[str], text: str, include: bool) -> tuple[str, str | None]:
+    """Brute force: at each end position, the longest stop string ending there, first end wins."""
+    for end in range(1, len(text) + 1):
+        ending = [s for s in stops if s and text[:end].endswith(s)]
+        if ending:
+            stop = max(ending, key=len)
+            return (text[:end] if include else text[: end - len(stop)]), stop
+    return text, None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    stops=st.lists(st.text("ab", min_size=1, max_size=12), min_size=1, max_size=6),
+    text=st.text("abc", max_size=80),
+    include=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_matches_the_brute_force_reference(
+    stops: list[str], text: str, include: bool, seed: int
+) -> None:
+    """A small alphabet makes overlapping, nested and repeated stop strings common."""
+    expected = reference(stops, text, include)
+    for chunks in chunkings(text, random.Random(seed)):
+        assert run(stops, chunks, include) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    stops=st.lists(st.text(ALPHABET, min_size=1, max_size=6), min_size=1, max_size=4),
+    text=st.text(ALPHABET, max_size=60),
+    seed=st.integers(0, 2**16),
+)
+def test_held_back_text_is_bounded_by_the_longest_stop(
+    stops: list[str], text: str, seed: int
+) -> None:
+    m = StopMatcher(stops)
+    out: list[str] = []
+    fed = ""
+    for chunk in chunkings(text, random.Random(seed))[-1]:
+        emit, stopped, _ = m.feed(chunk)
+        out.append(emit)
+        fed += chunk
+        if stopped:
+            return
+        held = len(fed) - len("".join(out))
+        assert held <= max(map(len, stops)) - 1
+        assert fed.startswith("".join(out))
+
+
+def test_one_automaton_serves_several_choices() -> None:
+    auto = compile_stops(["END", "</s>"])
+    assert auto is not None and auto is compile_stops(["END", "</s>"])  # small sets: cached
+    a, b = StopMatcher(auto), StopMatcher(auto)
+    assert a.feed("xx EN") == ("xx ", False, None)
+    assert b.feed("yy </s") == ("yy ", False, None)
+    assert a.feed("D zz") == ("", True, "END")
+    assert b.feed(">") == ("", True, "</s>")
+    assert compile_stops([]) is None and compile_stops([""]) is None
+    big = ["x" * 300]
+    assert compile_stops(big) is not compile_stops(big)  # large sets are not kept
+
+
+def test_a_long_partial_match_is_held_then_released() -> None:
+    stop = "a" * 1000 + "Z"
+    m = StopMatcher([stop])
+    out = [m.feed("a" * 7) for _ in range(300)]  # 2100 'a's: only the last 1000 are held
+    assert "".join(e for e, _, _ in out) == "a" * 1100
+    assert m.feed("aZ!") == ("a", True, stop)  # the 1001st last "a" starts nothing
+    m = StopMatcher([stop])
+    m.feed("a" * 2000)
+    assert m.feed("b") == ("a" * 1000 + "b", False, None)
+    assert m.finish() == ""
 
 
 @settings(max_examples=300, deadline=None)

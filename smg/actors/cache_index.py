@@ -5,6 +5,11 @@ owns: no await sits between match and insert, so it is never seen half-updated).
 be slow — the periodic LRU eviction to `--max-tree-size`, forgetting a removed worker — happens
 here, off the request path, in response to messages.
 
+Passes come every `--eviction-interval-secs`, and at once when the request path crosses a bound
+(`CacheAwareState.on_pressure`: the trees past 90% of `--max-tree-bytes`, or a worker past
+`--max-tree-size` in a tree), so the bounds hold between the periodic passes too; the byte cap
+holds at all times (the state does not record an insert that could pass it).
+
 An eviction pass over a large tree costs seconds of CPU (100k cached prefixes: ~1 s), so it runs
 in slices of about `slice_target_s` each, yielding to the loop between slices: requests keep
 matching and inserting while a pass is under way (the pure `Eviction` job copes with the tree
@@ -15,10 +20,13 @@ for it (a `ForgetWorker` is harmless to delay), except a stop, which ends the pa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from smg.actors.runtime import Actor
 from smg.config import RoutingConfig
@@ -64,6 +72,24 @@ class CacheIndexActor(Actor):
     async def on_start(self) -> None:
         if hasattr(self.policy, "evict") and self.cfg.eviction_interval_secs > 0:
             self.every(self.cfg.eviction_interval_secs, Evict())
+        state = getattr(self.policy, "state", None)
+        if state is not None and hasattr(state, "on_pressure"):
+            state.on_pressure = self._wake
+            state._pressed = False  # a pass a crashed predecessor never finished
+            if state.byte_target() is not None:
+                self._wake()
+
+    async def on_stop(self) -> None:
+        state = getattr(self.policy, "state", None)
+        if state is not None and getattr(state, "on_pressure", None) == self._wake:
+            state.on_pressure = None
+
+    def _wake(self) -> None:
+        """The request path crossed a bound: evict now (called at most once per pass)."""
+        try:
+            self.ref.tell(Evict())
+        except Exception:  # stopping or full: the periodic pass and the byte cap still hold
+            log.debug("cache_evict_wake_dropped")
 
     async def handle(self, message: Any) -> Any:
         match message:
@@ -106,3 +132,23 @@ class CacheIndexActor(Actor):
             self.slice_units = max(MIN_SLICE_UNITS, self.slice_units // 2)
         elif elapsed_s < self.slice_target_s / 2:
             self.slice_units = min(self.max_slice_units, self.slice_units * 2)
+
+
+class CacheTreeCollector(Collector):
+    """`smg_cache_tree_bytes` (estimated memory of the cache-aware prefix trees), its cap, and
+    `smg_cache_tree_inserts_skipped_total` (prefixes not recorded because of the cap)."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        state = self.state
+        used = GaugeMetricFamily("smg_cache_tree_bytes", "Estimated bytes of the prefix trees")
+        used.add_metric([], state.total_bytes)
+        cap = GaugeMetricFamily("smg_cache_tree_max_bytes", "Cap on smg_cache_tree_bytes")
+        cap.add_metric([], state.max_bytes)
+        skipped = CounterMetricFamily(
+            "smg_cache_tree_inserts_skipped", "Prefixes not recorded: the trees were at the cap"
+        )
+        skipped.add_metric([], state.skipped)
+        yield from (used, cap, skipped)

@@ -19,7 +19,7 @@ import structlog
 from aiohttp import web
 
 from smg import errors
-from smg.actors.cache_index import CacheIndexActor, ForgetWorker
+from smg.actors.cache_index import CacheIndexActor, CacheTreeCollector, ForgetWorker
 from smg.actors.kv_events import KvEventsActor, KvEventsConfig, Unwatch, Watch
 from smg.actors.load_monitor import ForgetWorker as ForgetLoad
 from smg.actors.load_monitor import LoadMonitorActor, LoadReport, make_fetch, monitoring_enabled
@@ -116,6 +116,7 @@ class Gateway:
         self.mesh = GatewayMesh(cfg, self.clock, self.rng)
         if isinstance(self.policy, CacheAwarePolicy):
             self.mesh.cache_state = self.policy.state
+            self.metrics.registry.register(CacheTreeCollector(self.policy.state))
         if self.mesh.enabled:
             self.metrics.registry.register(self.mesh.collector())
         self.bound_port: int | None = None

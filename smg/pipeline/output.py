@@ -11,7 +11,7 @@ is no longer needed: `all_done` tells the caller to cancel it).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -19,7 +19,7 @@ import orjson
 from smg.pipeline.detokenize import DecodeFn, IncrementalDetokenizer
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta, TokenLogprob
 from smg.pipeline.parsers.types import CallDelta, ParseDelta, Parser
-from smg.pipeline.stop import StopMatcher
+from smg.pipeline.stop import StopAutomaton, StopMatcher, compile_stops
 
 DONE_FRAME = b"data: [DONE]\n\n"
 
@@ -44,6 +44,11 @@ class OutputSpec:
     # chat in gRPC mode: reasoning / tool-call parsing of each choice's text (None: plain text)
     parser: Callable[[], Parser] | None = None
     parallel_tool_calls: bool = True
+    # built from `stop` once per request and shared by its choices (see smg.pipeline.stop)
+    stop_automaton: StopAutomaton | None = field(init=False, default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_automaton", compile_stops(self.stop))
 
 
 class ChoiceState:
@@ -71,7 +76,7 @@ class ChoiceState:
         self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
         self.index = index
         self.detok = IncrementalDetokenizer(decode, skip_special_tokens=spec.skip_special_tokens)
-        self.stop = StopMatcher(spec.stop, spec.include_stop)
+        self.stop = StopMatcher(spec.stop_automaton, spec.include_stop)
         self.text: list[str] = []
         self.done = False
         self.started = False

@@ -18,8 +18,10 @@ Ranges and codes were probed against smg 1.13.0 (chat / completions where they d
     min_tokens           integer >= 0, and <= the max when both set   min_tokens_exceeds_max
     n                    integer, chat 1..10, completions 1..128   integer_above_max_value
     seed                 integer (i64)
-    stop                 string or list of strings, at most 4, none empty
-                                                      array_above_max_length / invalid_value
+    stop                 string or list of strings, at most 4, none empty, each at most 1024
+                         characters (our cap: the Rust gateway has none; stop strings are
+                         delimiters, and the cap bounds what matching may cost)
+                                 array_above_max_length / invalid_value / string_above_max_length
     stop_token_ids       list of integers >= 0
     logprobs             chat: bool, with top_logprobs 0..20 (top_logprobs without logprobs:
                          top_logprobs_requires_logprobs); completions: integer 0..20
@@ -59,6 +61,7 @@ from smg.pipeline.engine_types import SamplingParams
 I32_MAX = 2**31 - 1
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 MAX_STOP = 4
+MAX_STOP_CHARS = 1024
 MAX_TOP_LOGPROBS = 20
 MAX_N_CHAT = 10
 MAX_N_COMPLETIONS = 128
@@ -189,6 +192,15 @@ def _stop(body: Mapping[str, Any]) -> tuple[str, ...]:
         )
     if any(s == "" for s in items):
         raise invalid_value("Invalid 'stop': stop sequences cannot be empty.", param="stop")
+    longest = max(map(len, items), default=0)
+    if longest > MAX_STOP_CHARS:
+        raise ApiError(
+            400,
+            "string_above_max_length",
+            f"Invalid 'stop': string too long. Expected a string with maximum length "
+            f"{MAX_STOP_CHARS}, but got a string with length {longest} instead.",
+            param="stop",
+        )
     return tuple(items)
 
 

@@ -39,6 +39,7 @@ from smg.pipeline.backends.h2_client import (
     MESSAGE,
     PING_ACK,
     RESET,
+    STREAM_ERROR,
     ClientConnection,
     Event,
     H2ProtocolError,
@@ -141,6 +142,7 @@ class _Connection(asyncio.Protocol):
             stream_window=channel.stream_window_bytes,
             connection_window=channel.connection_window_bytes,
             max_message_bytes=channel.max_message_bytes,
+            max_overdraft_bytes=channel.max_overdraft_bytes,
         )
         self.calls: dict[int, LeanCall] = {}
         self.transport: asyncio.Transport | None = None
@@ -149,6 +151,7 @@ class _Connection(asyncio.Protocol):
         self._heard = False  # bytes arrived since the last keepalive tick
         self._tick: asyncio.TimerHandle | None = None
         self._ping_due: asyncio.TimerHandle | None = None
+        self._write_paused = False  # the transport's buffer is full: the engine is not reading
 
     @property
     def usable(self) -> bool:
@@ -192,6 +195,8 @@ class _Connection(asyncio.Protocol):
         except H2ProtocolError as exc:
             self._dispatch(exc.events)  # what came before the error is good
             self._fail_all("INTERNAL", f"HTTP/2 protocol error from the engine: {exc}")
+            self._write_paused = False
+            self._flush()  # our GOAWAY, with the error code, if the socket takes it
             if self.transport is not None:
                 self.transport.abort()
             return
@@ -224,6 +229,11 @@ class _Connection(asyncio.Protocol):
                         else "INTERNAL"
                     )
                     call._end(status, f"the engine reset the stream (HTTP/2 error {code})")
+            elif kind == STREAM_ERROR:
+                call = calls.pop(sid, None)
+                if call is not None:
+                    status, why = cast(tuple[str, str], value)
+                    call._end(status, f"the gateway reset the stream: {why}")
             elif kind == GOAWAY:
                 log.info("engine_goaway", target=self.channel.target, detail=value, last_stream=sid)
                 for refused in [s for s in calls if s > sid]:  # never processed: retryable
@@ -259,14 +269,26 @@ class _Connection(asyncio.Protocol):
         for call in calls.values():
             call._end(status, details)
 
+    def pause_writing(self) -> None:
+        """Hold our frames in the core, where the frames owed to the engine are bounded, instead
+        of in the transport's buffer, which is not."""
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._flush()
+
     def _flush(self) -> None:
+        if self._write_paused:
+            return
         data = self.core.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
     def _retire_if_idle(self) -> None:
-        """After GOAWAY, close once the last call on this connection is over."""
-        if self.core.goaway and not self.calls and self.transport is not None:
+        """After GOAWAY (or when the engine's stream limit leaves no room for a call), close once
+        the last call on this connection is over."""
+        if not self.core.can_open and not self.calls and self.transport is not None:
             self.closed = True
             self.transport.close()
 
@@ -313,6 +335,7 @@ class LeanChannel:
         keepalive_timeout_s: float = 10.0,
         connect_timeout_s: float = 5.0,
         max_message_bytes: int = 256 * 1024 * 1024,
+        max_overdraft_bytes: int = 32 * 1024 * 1024,
         stream_window_bytes: int = 256 * 1024,
         connection_window_bytes: int = 16 * 1024 * 1024,
         ssl_context: ssl.SSLContext | None = None,
@@ -327,6 +350,10 @@ class LeanChannel:
         self.keepalive_timeout_s = keepalive_timeout_s  # ... and give up this long after
         self.connect_timeout_s = connect_timeout_s
         self.max_message_bytes = max_message_bytes
+        # beyond the stream windows, what one connection may buffer to admit messages bigger
+        # than a window (and so the largest message: the window plus this): a Generate answer
+        # with 32 K tokens and 20 top logprobs each is ~10 MB
+        self.max_overdraft_bytes = max_overdraft_bytes
         # what one call may buffer unread (thousands of tokens; a bigger message is still
         # admitted whole) and, per RTT, stream: ~1 GB/s at 0.25 ms, far above a token stream
         self.stream_window_bytes = stream_window_bytes

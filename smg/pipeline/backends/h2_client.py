@@ -6,14 +6,12 @@ server-streaming calls), reassembles the length-prefixed gRPC messages of each s
 answers the connection-level duties itself (SETTINGS and their ACK, PING ACK, flow control in
 both directions, GOAWAY). No server push, no priorities, no compression.
 
-Receive flow control is credit on consumption at the stream level: a stream's window is refilled
-only for message bytes the caller reports taken (`consumed`), so a caller that stops reading stops
-the server after one window, and the engine feels the back-pressure. Credit is batched (one
-WINDOW_UPDATE once half the window is consumed, as grpc-go and h2 do), except that the message
-the caller waits for is always admitted whole, however much bigger than the window it is (an
-overdraft, paid back when that message is consumed); otherwise a message larger than the window,
-or one that the unsent half of a batch holds back, would deadlock the call. The connection window
-is refilled on receipt instead (also batched): see `ClientConnection`.
+The parts: `h2_send` (our frames, the send windows), `h2_flow` (receive flow control: credit on
+consumption, with an overdraft budget for messages bigger than the window), `h2_headers`
+(header blocks and HPACK). The engine is not trusted (issue 10, finding 16): whatever it sends,
+what we hold stays bounded (header blocks, owed control frames, messages and overdrafts), and
+protocol errors follow RFC 9113: a connection error queues a GOAWAY with its code and raises
+`H2ProtocolError`; a stream error resets that stream (STREAM_ERROR) and the others go on.
 
 Events are plain tuples, built per gRPC message on the hot path:
     (MESSAGE, stream_id, payload)     one whole gRPC message (without its 5-byte prefix)
@@ -22,33 +20,30 @@ Events are plain tuples, built per gRPC message on the hot path:
     (RESET, stream_id, error_code)    the server reset the stream
     (GOAWAY, last_stream_id, detail)  no new streams on this connection
     (PING_ACK, 0, payload)            an answer to our `ping`
-
-Errors: `H2ProtocolError` when the peer breaks the protocol (the connection is unusable).
+    (STREAM_ERROR, stream_id, (status, detail))  we reset the stream: the server broke the
+                                      protocol on it or sent a message above our limit; status
+                                      is the gRPC code name to fail the call with
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from smg.pipeline.backends import hpack
+from smg.pipeline.backends.h2_flow import StreamCredit, _Stream
 from smg.pipeline.backends.h2_frames import (
     CONTINUATION,
     DATA,
     DEFAULT_MAX_FRAME,
     DEFAULT_WINDOW,
     ERROR_CANCEL,
-    ERROR_NO_ERROR,
+    ERROR_FLOW_CONTROL,
+    ERROR_FRAME_SIZE,
     FLAG_ACK,
-    FLAG_END_HEADERS,
     FLAG_END_STREAM,
     FLAG_PADDED,
-    FLAG_PRIORITY,
     GOAWAY_FRAME,
     HEADERS_FRAME,
     MAX_STREAM_ID,
     MAX_WINDOW,
     PING,
-    PREFACE,
     PUSH_PROMISE,
     RST_STREAM,
     SETTINGS,
@@ -56,45 +51,32 @@ from smg.pipeline.backends.h2_frames import (
     SETTINGS_INITIAL_WINDOW_SIZE,
     SETTINGS_MAX_CONCURRENT_STREAMS,
     SETTINGS_MAX_FRAME_SIZE,
+    SETTINGS_MAX_HEADER_LIST_SIZE,
     WINDOW_UPDATE,
+    H2ProtocolError,
     frame,
 )
+from smg.pipeline.backends.h2_headers import MAX_HEADER_LIST_BYTES, HeaderBlocks, Headers
+from smg.pipeline.backends.h2_send import SendSide
 
-MESSAGE, HEADERS, END, RESET, GOAWAY, PING_ACK = range(6)
+__all__ = ["ClientConnection", "Event", "H2ProtocolError"]
+
+MESSAGE, HEADERS, END, RESET, GOAWAY, PING_ACK, STREAM_ERROR = range(7)
 
 Event = tuple[int, int, object]
 
 
-class H2ProtocolError(Exception):
-    """The peer broke HTTP/2 (or gRPC framing): the connection cannot go on. `events` holds
-    what the same `receive` call parsed before the error (deliver it, then fail)."""
-
-    events: list[Event] = []  # set per instance by `receive`
-
-
-@dataclass(slots=True)
-class _Stream:
-    send_window: int
-    recv_window: int  # what the server may still send on this stream
-    pending: bytes = b""  # request bytes (gRPC-framed) not sent yet for lack of window
-    buf: bytearray = field(default_factory=bytearray)  # a gRPC message still incomplete
-    unread: int = 0  # bytes of messages handed out as events, not yet `consumed`
-    consumed: int = 0  # consumed (or padding) bytes not yet credited back: the batch
-    overdraft: int = 0  # credit granted beyond the window to admit one big message
-    got_headers: bool = False
-    # invariant: recv_window + len(buf) + unread + consumed == stream window + overdraft
-
-
-class ClientConnection:
+class ClientConnection(SendSide):
     """One HTTP/2 connection, client side, as a state machine.
 
     `stream_window` bounds what one stream's server may send ahead of the caller's reading (plus,
-    transiently, the one message the caller waits for). The connection window is credited as DATA
-    arrives, not as it is consumed: with consumption credit there, a few stalled streams would
-    spend the window shared by every other call on the connection (head-of-line blocking of
-    healthy requests behind a stalled HTTP client), which is why grpc-go does the same. Memory
-    stays bounded all the same: by the stream window times the open streams (themselves bounded
-    by what the gateway admits), which the per-stream credit enforces.
+    transiently, the one message the caller waits for, out of `max_overdraft_bytes` shared by the
+    connection). The connection window is credited as DATA arrives, not as it is consumed: with
+    consumption credit there, a few stalled streams would spend the window shared by every other
+    call on the connection (head-of-line blocking of healthy requests behind a stalled HTTP
+    client), which is why grpc-go does the same. Memory stays bounded all the same: by the stream
+    window times the open streams (themselves bounded by what the gateway admits) plus the
+    overdraft budget, which the per-stream credit enforces.
     """
 
     def __init__(
@@ -103,27 +85,32 @@ class ClientConnection:
         stream_window: int = 256 * 1024,
         connection_window: int = 16 * 1024 * 1024,
         max_message_bytes: int = 256 * 1024 * 1024,
+        max_overdraft_bytes: int = 32 * 1024 * 1024,
+        max_header_list_bytes: int = MAX_HEADER_LIST_BYTES,
     ) -> None:
+        super().__init__()
+        if not 0 < stream_window <= MAX_WINDOW or not 0 < connection_window <= MAX_WINDOW:
+            raise ValueError("HTTP/2 windows are 1 .. 2^31-1 bytes")
         self.stream_window = stream_window
         self.connection_window = connection_window
-        self.max_message_bytes = max_message_bytes
-        self.decoder = hpack.Decoder()
-        self.streams: dict[int, _Stream] = {}
+        self.header_blocks = HeaderBlocks(max_header_list_bytes)
+        self.decoder = self.header_blocks.decoder
+        self.credit = StreamCredit(
+            self._out,
+            self.streams,
+            stream_window=stream_window,
+            max_message_bytes=max_message_bytes,
+            max_overdraft_bytes=max_overdraft_bytes,
+        )
         self.next_stream_id = 1
-        self.goaway = False
         self.peer_max_streams = MAX_STREAM_ID  # until the server's SETTINGS say otherwise
-        self.peer_initial_window = DEFAULT_WINDOW
-        self.peer_max_frame = DEFAULT_MAX_FRAME
-        self.send_window = DEFAULT_WINDOW  # the connection's, for our DATA
         self.recv_window = max(connection_window, DEFAULT_WINDOW)  # the server's, for its DATA
         self._unacked = 0  # DATA bytes received since our last connection WINDOW_UPDATE
         self._in = bytearray()
-        self._out: list[bytes] = []
-        self._header_block: tuple[int, int, bytearray] | None = None  # (stream, flags, block)
-        self._out.append(PREFACE)
         settings = (
             (SETTINGS_ENABLE_PUSH, 0),
             (SETTINGS_INITIAL_WINDOW_SIZE, stream_window),
+            (SETTINGS_MAX_HEADER_LIST_SIZE, max_header_list_bytes),
         )
         self._out.append(
             frame(SETTINGS, 0, 0, b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big")
@@ -157,7 +144,7 @@ class ClientConnection:
 
     def cancel(self, stream_id: int) -> None:
         """RST_STREAM(CANCEL) for a stream we no longer want; later frames for it are dropped."""
-        if self.streams.pop(stream_id, None) is not None:
+        if self._close_stream(stream_id) is not None:
             self._out.append(frame(RST_STREAM, 0, stream_id, ERROR_CANCEL.to_bytes(4, "big")))
 
     def consumed(self, stream_id: int, nbytes: int) -> None:
@@ -165,58 +152,29 @@ class ClientConnection:
         its 5-byte prefix): the server may send that much more, once enough is due to be worth a
         WINDOW_UPDATE. A stream that ended is ignored."""
         stream = self.streams.get(stream_id)
-        if stream is None:
-            return
-        stream.unread -= nbytes
-        repaid = min(nbytes, stream.overdraft)
-        stream.overdraft -= repaid
-        stream.consumed += nbytes - repaid
-        self._credit(stream_id, stream)
+        if stream is not None:
+            self.credit.consumed(stream_id, stream, nbytes)
 
-    def ping(self, payload: bytes) -> None:
-        self._out.append(frame(PING, 0, 0, payload))
+    # --- streams ---------------------------------------------------------------------------------
+    def _close_stream(self, sid: int) -> _Stream | None:
+        stream = self.streams.pop(sid, None)
+        if stream is not None:
+            self._blocked.pop(sid, None)
+            self.credit.closed(sid, stream)
+        return stream
 
-    def close(self, error_code: int = ERROR_NO_ERROR) -> None:
-        """GOAWAY: we open no more streams (the server opens none, so its last id is 0)."""
-        self.goaway = True
-        self._out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + error_code.to_bytes(4, "big")))
+    def _stream_error(
+        self, sid: int, code: int, detail: str, events: list[Event], status: str = "INTERNAL"
+    ) -> None:
+        """RFC 9113 stream error: reset the stream, tell the caller why, go on with the rest."""
+        if self._close_stream(sid) is not None:
+            self._owe(frame(RST_STREAM, 0, sid, code.to_bytes(4, "big")))
+            events.append((STREAM_ERROR, sid, (status, detail)))
 
-    def data_to_send(self) -> bytes:
-        out = self._out
-        if not out:
-            return b""
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        return data
-
-    # --- sending -------------------------------------------------------------------------------
-    def _send_headers(self, sid: int, block: bytes) -> None:
-        size = self.peer_max_frame
-        if len(block) <= size:
-            self._out.append(frame(HEADERS_FRAME, FLAG_END_HEADERS, sid, block))
-            return
-        self._out.append(frame(HEADERS_FRAME, 0, sid, block[:size]))
-        rest = block[size:]
-        while rest:
-            part, rest = rest[:size], rest[size:]
-            self._out.append(frame(CONTINUATION, 0 if rest else FLAG_END_HEADERS, sid, part))
-
-    def _flush_stream(self, sid: int, stream: _Stream) -> None:
-        data = stream.pending
-        while data:
-            n = min(len(data), stream.send_window, self.send_window, self.peer_max_frame)
-            if n <= 0:
-                break
-            part, data = data[:n], data[n:]
-            stream.send_window -= n
-            self.send_window -= n
-            self._out.append(frame(DATA, 0 if data else FLAG_END_STREAM, sid, part))
-        stream.pending = data
-
-    def _flush_all(self) -> None:
-        for sid, stream in self.streams.items():
-            if stream.pending:
-                self._flush_stream(sid, stream)
+    def _check_opened(self, sid: int, what: str) -> None:
+        """Frames on a stream we never opened (idle, or even: a push) are a connection error."""
+        if not sid & 1 or sid >= self.next_stream_id:
+            raise H2ProtocolError(f"{what} on stream {sid}, which we never opened")
 
     # --- receiving -----------------------------------------------------------------------------
     def receive(self, data: bytes) -> list[Event]:
@@ -225,6 +183,8 @@ class ClientConnection:
             self._receive(data, events)
         except H2ProtocolError as exc:
             exc.events = events
+            self.goaway = True  # and our GOAWAY says why (the server opens no streams: last 0)
+            self._out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + exc.code.to_bytes(4, "big")))
             raise
         return events
 
@@ -236,10 +196,13 @@ class ClientConnection:
         else:
             view = data
         pos, end = 0, len(view)
+        blocks = self.header_blocks
         while end - pos >= 9:
             length = int.from_bytes(view[pos : pos + 3], "big")
             if length > DEFAULT_MAX_FRAME:
-                raise H2ProtocolError(f"a {length}-byte frame exceeds our maximum frame size")
+                raise H2ProtocolError(
+                    f"a {length}-byte frame exceeds our maximum frame size", ERROR_FRAME_SIZE
+                )
             if end - pos - 9 < length:
                 break
             kind = view[pos + 3]
@@ -247,7 +210,7 @@ class ClientConnection:
             sid = int.from_bytes(view[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
             payload = view[pos + 9 : pos + 9 + length]
             pos += 9 + length
-            if self._header_block is not None and kind != CONTINUATION:
+            if blocks.receiving and kind != CONTINUATION:
                 raise H2ProtocolError("a header block was interrupted")
             if kind == DATA:
                 self._on_data(sid, flags, payload, events)
@@ -266,7 +229,9 @@ class ClientConnection:
         size = len(payload)
         self.recv_window -= size
         if self.recv_window < 0:
-            raise H2ProtocolError("DATA beyond the connection's flow-control window")
+            raise H2ProtocolError(
+                "DATA beyond the connection's flow-control window", ERROR_FLOW_CONTROL
+            )
         self._unacked += size
         if self._unacked >= self.connection_window // 2:
             self._out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
@@ -278,10 +243,13 @@ class ClientConnection:
             payload = payload[1 : size - payload[0]]
         stream = self.streams.get(sid)
         if stream is None:
+            self._check_opened(sid, "DATA")
             return  # a stream we cancelled: its bytes still counted for the connection
         stream.recv_window -= size
         if stream.recv_window < 0:
-            raise H2ProtocolError(f"DATA beyond stream {sid}'s flow-control window")
+            raise H2ProtocolError(
+                f"DATA beyond stream {sid}'s flow-control window", ERROR_FLOW_CONTROL
+            )
         stream.consumed += size - len(payload)  # padding: nothing for the caller to take
         buf = stream.buf
         if buf:
@@ -294,8 +262,11 @@ class ClientConnection:
             if data[pos]:
                 raise H2ProtocolError("a compressed gRPC message (none was negotiated)")
             n = int.from_bytes(data[pos + 1 : pos + 5], "big")
-            if n > self.max_message_bytes:
-                raise H2ProtocolError(f"a {n}-byte gRPC message exceeds the limit")
+            if n > self.credit.max_message_bytes:
+                limit = self.credit.max_message_bytes
+                detail = f"a {n}-byte response message exceeds the {limit}-byte limit"
+                self._stream_error(sid, ERROR_CANCEL, detail, events, "RESOURCE_EXHAUSTED")
+                return
             if end - pos - 5 < n:
                 break
             events.append((MESSAGE, sid, bytes(data[pos + 5 : pos + 5 + n])))
@@ -306,101 +277,71 @@ class ClientConnection:
         elif buf:
             stream.buf = bytearray()
         if flags & FLAG_END_STREAM:
-            del self.streams[sid]
+            self._close_stream(sid)
             events.append((END, sid, []))  # no trailers: the caller decides what that means
             return
-        self._credit(sid, stream)
-
-    def _credit(self, sid: int, stream: _Stream) -> None:
-        """Send the batch of consumed bytes once it is half the window; and whatever it takes,
-        beyond the window if need be, to admit the message the caller waits for (it has read
-        everything else, so nothing else would ever refill the window)."""
-        due = stream.consumed
-        grant = due if due >= self.stream_window // 2 else 0
-        if not stream.unread:
-            buf = stream.buf
-            missing = (5 + int.from_bytes(buf[1:5], "big") if len(buf) >= 5 else 5) - len(buf)
-            short = missing - stream.recv_window
-            if short > grant:
-                grant = max(short, due)
-        if grant:
-            stream.overdraft += grant - due
-            stream.consumed = 0
-            stream.recv_window += grant
-            self._out.append(frame(WINDOW_UPDATE, 0, sid, grant.to_bytes(4, "big")))
+        self.credit.update(sid, stream)
 
     def _on_control(
         self, kind: int, sid: int, flags: int, payload: bytes, events: list[Event]
     ) -> None:
         if kind == HEADERS_FRAME:
-            if flags & FLAG_PADDED:
-                if not payload or payload[0] >= len(payload):
-                    raise H2ProtocolError("bad HEADERS padding")
-                payload = payload[1 : len(payload) - payload[0]]
-            if flags & FLAG_PRIORITY:
-                payload = payload[5:]
-            self._header_block = (sid, flags, bytearray(payload))
-            if flags & FLAG_END_HEADERS:
-                self._end_headers(events)
+            done = self.header_blocks.headers(sid, flags, payload)
+            if done is not None:
+                self._on_headers(sid, *done, events)
         elif kind == CONTINUATION:
-            block = self._header_block
-            if block is None or block[0] != sid:
-                raise H2ProtocolError("CONTINUATION without its HEADERS")
-            block[2].extend(payload)
-            if flags & FLAG_END_HEADERS:
-                self._end_headers(events)
+            done = self.header_blocks.continuation(sid, flags, payload)
+            if done is not None:
+                self._on_headers(sid, *done, events)
         elif kind == RST_STREAM:
-            if len(payload) != 4 or sid == 0:
-                raise H2ProtocolError("bad RST_STREAM")
-            if self.streams.pop(sid, None) is not None:
+            if sid == 0:
+                raise H2ProtocolError("RST_STREAM on stream 0")
+            if len(payload) != 4:
+                raise H2ProtocolError("bad RST_STREAM", ERROR_FRAME_SIZE)
+            if self._close_stream(sid) is not None:
                 events.append((RESET, sid, int.from_bytes(payload, "big")))
+            else:
+                self._check_opened(sid, "RST_STREAM")
         elif kind == SETTINGS:
             self._on_settings(sid, flags, payload)
         elif kind == PING:
-            if len(payload) != 8 or sid != 0:
-                raise H2ProtocolError("bad PING")
+            if sid != 0:
+                raise H2ProtocolError("PING on a stream")
+            if len(payload) != 8:
+                raise H2ProtocolError("bad PING", ERROR_FRAME_SIZE)
             if flags & FLAG_ACK:
                 events.append((PING_ACK, 0, payload))
             else:
-                self._out.append(frame(PING, FLAG_ACK, 0, payload))
+                self._owe(frame(PING, FLAG_ACK, 0, payload))
         elif kind == GOAWAY_FRAME:
+            if sid != 0:
+                raise H2ProtocolError("GOAWAY on a stream")
             if len(payload) < 8:
-                raise H2ProtocolError("bad GOAWAY")
+                raise H2ProtocolError("bad GOAWAY", ERROR_FRAME_SIZE)
             self.goaway = True
             last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
             code = int.from_bytes(payload[4:8], "big")
-            detail = f"GOAWAY error {code}: {payload[8:].decode('utf-8', 'replace')}"
-            events.append((GOAWAY, last, detail))
+            debug = payload[8:200].decode("utf-8", "replace")  # for a log line: keep it short
+            events.append((GOAWAY, last, f"GOAWAY error {code}: {debug}"))
         elif kind == WINDOW_UPDATE:
             if len(payload) != 4:
-                raise H2ProtocolError("bad WINDOW_UPDATE")
-            inc = int.from_bytes(payload, "big") & 0x7FFFFFFF
-            if sid == 0:
-                self.send_window += inc
-                self._flush_all()
-            else:
-                stream = self.streams.get(sid)
-                if stream is not None:
-                    stream.send_window += inc
-                    self._flush_stream(sid, stream)
+                raise H2ProtocolError("bad WINDOW_UPDATE", ERROR_FRAME_SIZE)
+            error = self._window_update(sid, int.from_bytes(payload, "big") & 0x7FFFFFFF)
+            if error is not None:
+                self._stream_error(sid, *error, events)
+            elif sid and sid not in self.streams:
+                self._check_opened(sid, "WINDOW_UPDATE")
         elif kind == PUSH_PROMISE:
             raise H2ProtocolError("PUSH_PROMISE, though we disabled push")
         # PRIORITY and unknown frame types are ignored
 
-    def _end_headers(self, events: list[Event]) -> None:
-        block = self._header_block
-        assert block is not None
-        self._header_block = None
-        sid, flags, data = block
-        try:
-            headers = self.decoder.decode(bytes(data))  # always: it updates the HPACK state
-        except hpack.HpackError as exc:
-            raise H2ProtocolError(f"HPACK: {exc}") from None
+    def _on_headers(self, sid: int, flags: int, headers: Headers, events: list[Event]) -> None:
         stream = self.streams.get(sid)
         if stream is None:
+            self._check_opened(sid, "HEADERS")
             return
         if flags & FLAG_END_STREAM:
-            del self.streams[sid]
+            self._close_stream(sid)
             if not stream.got_headers:
                 events.append((HEADERS, sid, headers))  # trailers-only: both at once
             events.append((END, sid, headers))
@@ -411,26 +352,30 @@ class ClientConnection:
         events.append((HEADERS, sid, headers))
 
     def _on_settings(self, sid: int, flags: int, payload: bytes) -> None:
-        if sid != 0 or len(payload) % 6:
-            raise H2ProtocolError("bad SETTINGS")
+        if sid != 0:
+            raise H2ProtocolError("SETTINGS on a stream")
         if flags & FLAG_ACK:
+            if payload:
+                raise H2ProtocolError("a SETTINGS ACK with a payload", ERROR_FRAME_SIZE)
             return
+        if len(payload) % 6:
+            raise H2ProtocolError("bad SETTINGS", ERROR_FRAME_SIZE)
+        window = None  # applied once per frame, however many entries set it
         for i in range(0, len(payload), 6):
             key = int.from_bytes(payload[i : i + 2], "big")
             value = int.from_bytes(payload[i + 2 : i + 6], "big")
             if key == SETTINGS_MAX_CONCURRENT_STREAMS:
                 self.peer_max_streams = value
             elif key == SETTINGS_INITIAL_WINDOW_SIZE:
-                if value > MAX_WINDOW:
-                    raise H2ProtocolError("SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1")
-                delta = value - self.peer_initial_window
-                self.peer_initial_window = value
-                for stream in self.streams.values():
-                    stream.send_window += delta
+                window = value
             elif key == SETTINGS_MAX_FRAME_SIZE:
                 if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
                     raise H2ProtocolError("bad SETTINGS_MAX_FRAME_SIZE")
                 self.peer_max_frame = value
-            # HEADER_TABLE_SIZE: our encoder never indexes; ENABLE_PUSH and the rest: ignored
-        self._out.append(frame(SETTINGS, FLAG_ACK, 0))
-        self._flush_all()
+            elif key == SETTINGS_ENABLE_PUSH and value != 0:
+                raise H2ProtocolError("a server may not enable push")
+            # HEADER_TABLE_SIZE: our encoder never indexes; the rest: ignored
+        if window is not None:
+            self._initial_window(window)
+        self._owe(frame(SETTINGS, FLAG_ACK, 0))
+        self._flush_blocked()

@@ -20,11 +20,16 @@ SETTINGS_ENABLE_PUSH = 2
 SETTINGS_MAX_CONCURRENT_STREAMS = 3
 SETTINGS_INITIAL_WINDOW_SIZE = 4
 SETTINGS_MAX_FRAME_SIZE = 5
+SETTINGS_MAX_HEADER_LIST_SIZE = 6
 
 ERROR_NO_ERROR = 0
 ERROR_PROTOCOL = 1
-ERROR_CANCEL = 8
+ERROR_FLOW_CONTROL = 3
+ERROR_FRAME_SIZE = 6
 ERROR_REFUSED_STREAM = 7
+ERROR_CANCEL = 8
+ERROR_COMPRESSION = 9
+ERROR_ENHANCE_YOUR_CALM = 11
 
 MAX_WINDOW = 2**31 - 1
 DEFAULT_WINDOW = 65_535
@@ -39,3 +44,15 @@ def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
         + stream_id.to_bytes(4, "big")
         + payload
     )
+
+
+class H2ProtocolError(Exception):
+    """The peer broke HTTP/2 (or gRPC framing): the connection cannot go on. `code` is the RFC
+    9113 error code for our GOAWAY; `events` holds what the same `receive` call parsed before
+    the error (deliver it, then fail)."""
+
+    events: list[tuple[int, int, object]] = []  # set per instance by `receive`
+
+    def __init__(self, message: str, code: int = ERROR_PROTOCOL) -> None:
+        super().__init__(message)
+        self.code = code

@@ -5,7 +5,12 @@ fields, literals with and without indexing, the dynamic table and its size updat
 strings); the encoder writes every field as a literal without indexing and without Huffman, which
 any decoder accepts and which keeps the peer's view of our (empty) dynamic table trivial.
 
-Errors are the peer's fault: `HpackError` (a malformed block from the server).
+Errors are the peer's fault: `HpackError` (a malformed block from the server), and its subclass
+`HeaderListTooLarge` when a block decodes to more than the caller's cap. The cap matters because
+HPACK amplifies: one byte can name a 4 KB dynamic-table entry, so a 64 KiB block could decode to
+256 MB of headers; `decode` counts as it goes (RFC 9113 field sizes: name + value + 32) and stops
+at the cap. A dynamic table size update is accepted only at the start of a block (RFC 7541 §4.2)
+and never above our SETTINGS_HEADER_TABLE_SIZE.
 """
 
 from __future__ import annotations
@@ -128,6 +133,10 @@ class HpackError(Exception):
     """A malformed header block from the peer."""
 
 
+class HeaderListTooLarge(HpackError):
+    """A header block that decodes to more than the caller accepts."""
+
+
 def huffman_decode(data: bytes) -> bytes:
     out = bytearray()
     code, length = 0, 0
@@ -246,8 +255,11 @@ class Decoder:
             name, value = self._table.pop()
             self._size -= len(name) + len(value) + 32
 
-    def decode(self, block: bytes) -> list[tuple[str, str]]:
+    def decode(self, block: bytes, max_list_size: int | None = None) -> list[tuple[str, str]]:
+        """The header list of one whole block. With `max_list_size`, raises `HeaderListTooLarge`
+        as soon as the fields decoded so far exceed it (name + value + 32 bytes each)."""
         headers: list[tuple[str, str]] = []
+        budget = (1 << 62) if max_list_size is None else max_list_size
         pos, end = 0, len(block)
         while pos < end:
             byte = block[pos]
@@ -255,29 +267,35 @@ class Decoder:
                 index, pos = _decode_int(block, pos, 7)
                 if index == 0:
                     raise HpackError("header index 0")
-                headers.append(self._get(index))
-                continue
-            if byte & 0xC0 == 0x40:  # literal with incremental indexing
-                index, pos = _decode_int(block, pos, 6)
-                indexing = True
-            elif byte & 0xE0 == 0x20:  # dynamic table size update
-                size, pos = _decode_int(block, pos, 5)
-                if size > self.max_allowed:
-                    raise HpackError(f"table size {size} above the {self.max_allowed} allowed")
-                self._max_size = size
-                self._evict()
-                continue
-            else:  # literal without indexing (0000) or never indexed (0001)
-                index, pos = _decode_int(block, pos, 4)
-                indexing = False
-            if index:
-                name = self._get(index)[0]
+                field = self._get(index)
             else:
-                name, pos = _string(block, pos)
-            value, pos = _string(block, pos)
-            if indexing:
-                self._add(name, value)
-            headers.append((name, value))
+                if byte & 0xC0 == 0x40:  # literal with incremental indexing
+                    index, pos = _decode_int(block, pos, 6)
+                    indexing = True
+                elif byte & 0xE0 == 0x20:  # dynamic table size update
+                    if headers:
+                        raise HpackError("a table size update after a header field")
+                    size, pos = _decode_int(block, pos, 5)
+                    if size > self.max_allowed:
+                        raise HpackError(f"table size {size} above the {self.max_allowed} allowed")
+                    self._max_size = size
+                    self._evict()
+                    continue
+                else:  # literal without indexing (0000) or never indexed (0001)
+                    index, pos = _decode_int(block, pos, 4)
+                    indexing = False
+                if index:
+                    name = self._get(index)[0]
+                else:
+                    name, pos = _string(block, pos)
+                value, pos = _string(block, pos)
+                if indexing:
+                    self._add(name, value)
+                field = (name, value)
+            budget -= len(field[0]) + len(field[1]) + 32
+            if budget < 0:
+                raise HeaderListTooLarge(f"a header list above {max_list_size} bytes")
+            headers.append(field)
         return headers
 
 

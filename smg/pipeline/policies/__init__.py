@@ -72,6 +72,8 @@ def make_policy(
                 balance_rel_threshold=cfg.balance_rel_threshold,
                 now=now,
                 state=cache_state,
+                max_tree_bytes=cfg.max_tree_bytes,
+                max_tree_size=cfg.max_tree_size,
             )
         case "consistent_hashing":
             return ConsistentHashingPolicy(rng)

@@ -38,23 +38,56 @@ from collections.abc import Callable, Sequence
 from smg.pipeline.kv_index import KvIndex, KvIndexes
 from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
 from smg.pipeline.prefix_hints import PrefixHints
-from smg.pipeline.radix_tree import Eviction, RadixTree
+from smg.pipeline.radix_eviction import Eviction
+from smg.pipeline.radix_tree import RadixTree
 
 RECENT_PER_WORKER = 64  # prefixes remembered per worker for the mesh's cache summaries
 RECENT_ITEMS = 256  # items (characters or token ids) kept of each
+DEFAULT_MAX_TREE_BYTES = 64 * 1024 * 1024  # --max-tree-bytes
+EVICT_ABOVE = 0.9  # share of the byte cap past which an eviction pass is asked for at once ...
+EVICT_TO = 0.75  # ... which takes the trees back to this share (least recently used first)
+TENANT_SLACK = 1.1  # a worker this far past --max-tree-size asks for a pass (which takes it to
+# the bound): one pass per 10% of growth, not one per insert
 
 
 class CacheAwareState:
     """The prefix trees, one per model (requests without a model share the tree named ""), and
     per worker the last few routed prefixes (the mesh publishes their hashes so that another
-    node can start warm), and the hints learned from other nodes."""
+    node can start warm), and the hints learned from other nodes.
 
-    __slots__ = ("_recent", "_trees", "hints")
+    Bounded in bytes at all times (issue 10, finding 15: the trees kept whole prompts, bounded
+    only per worker and only by the periodic eviction): all trees together hold at most
+    `max_bytes` (their estimated `total_bytes`, see `smg.pipeline.radix_tree`), because an insert
+    that could pass it is not recorded (`skipped` counts them: such a request still routes, its
+    prefix just leaves no trace). Past `EVICT_ABOVE` of the cap, or when an insert takes a
+    worker 10% past `max_size_per_tenant` elements in a tree, `on_pressure` is called, once until
+    the next eviction pass ends: the cache-index actor runs that pass at once, in slices, and it
+    takes the bytes back to `EVICT_TO` of the cap (each tree in proportion, least recently used
+    leaves first, whatever their worker) and every worker under its element bound.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = (
+        "_pressed",
+        "_recent",
+        "_trees",
+        "hints",
+        "max_bytes",
+        "max_size_per_tenant",
+        "on_pressure",
+        "skipped",
+    )
+
+    def __init__(
+        self, max_bytes: int = DEFAULT_MAX_TREE_BYTES, max_size_per_tenant: int = 1 << 62
+    ) -> None:
         self._trees: dict[str, RadixTree] = {}
         self._recent: dict[str, deque[str | tuple[int, ...]]] = {}
         self.hints = PrefixHints()
+        self.max_bytes = max_bytes
+        self.max_size_per_tenant = max_size_per_tenant
+        self.on_pressure: Callable[[], None] | None = None
+        self._pressed = False
+        self.skipped = 0
 
     def note(self, worker_id: str, key: str | Sequence[int]) -> None:
         recent = self._recent.get(worker_id)
@@ -73,7 +106,7 @@ class CacheAwareState:
         tree = self.tree(model)
         for key in keys:
             if key:
-                tree.insert(key, worker_id, now)
+                self.insert(tree, key, worker_id, now)
 
     def tree(self, model: str) -> RadixTree:
         """The tree of `model`, created empty on first use."""
@@ -86,14 +119,52 @@ class CacheAwareState:
     def models(self) -> tuple[str, ...]:
         return tuple(self._trees)
 
+    # --- the bounds ------------------------------------------------------------------------------
+    @property
+    def total_bytes(self) -> int:
+        """The estimated memory of every tree."""
+        trees = self._trees
+        if len(trees) == 1:  # the common case, on every request
+            for tree in trees.values():
+                return tree.total_bytes
+        return sum(tree.total_bytes for tree in trees.values())
+
+    def insert(self, tree: RadixTree, key: str | Sequence[int], worker_id: str, now: float) -> bool:
+        """Record that `worker_id` holds `key` in `tree` (one of ours) unless that could take the
+        trees past `max_bytes`; whether it was recorded."""
+        total = self.total_bytes
+        if total + tree.insert_bound(key) > self.max_bytes:
+            self.skipped += 1
+            self._press()
+            return False
+        before = tree.total_bytes
+        tree.insert(key, worker_id, now)
+        if (
+            total + tree.total_bytes - before > self.max_bytes * EVICT_ABOVE
+            or tree.tenant_size(worker_id) > self.max_size_per_tenant * TENANT_SLACK
+        ):
+            self._press()
+        return True
+
+    def _press(self) -> None:
+        if not self._pressed:
+            self._pressed = True
+            if self.on_pressure is not None:
+                self.on_pressure()
+
+    def byte_target(self) -> int | None:
+        """Where an eviction pass should take the trees' bytes; None when they are within."""
+        if self.total_bytes > self.max_bytes * EVICT_ABOVE:
+            return int(self.max_bytes * EVICT_TO)
+        return None
+
     def evict(self, max_size_per_tenant: int) -> int:
-        """LRU-evict every tree so no worker holds more than the bound; returns elements freed."""
-        freed = 0
-        for model, tree in list(self._trees.items()):
-            freed += tree.evict(max_size_per_tenant)
-            if tree.node_count == 0:
-                del self._trees[model]
-        return freed
+        """LRU-evict every tree so no worker holds more than the bound, and the trees are within
+        their byte target; returns elements freed (`begin_evict`, at once)."""
+        job = self.begin_evict(max_size_per_tenant)
+        while not job.step(1 << 62):
+            pass
+        return job.freed
 
     def begin_evict(self, max_size_per_tenant: int) -> StateEviction:
         """The same as `evict`, as a job run in bounded steps (see `StateEviction`)."""
@@ -120,23 +191,29 @@ class StateEviction:
     pass. The trees stay usable between steps.
     """
 
-    __slots__ = ("_bound", "_current", "_models", "_state", "freed")
+    __slots__ = ("_bound", "_current", "_models", "_ratio", "_state", "freed")
 
     def __init__(self, state: CacheAwareState, max_size_per_tenant: int) -> None:
         self._state = state
         self._bound = max_size_per_tenant
         self._models = list(reversed(state.models))
         self._current: tuple[str, RadixTree, Eviction] | None = None
+        target = state.byte_target()
+        # the byte target, shared by the trees in proportion to their size
+        self._ratio = None if target is None else target / max(1, state.total_bytes)
         self.freed = 0
 
     def step(self, budget: int) -> bool:
         while self._current is None:
             if not self._models:
+                self._state._pressed = False  # the next insert over a bound asks again
                 return True
             model = self._models.pop()
             tree = self._state._trees.get(model)
             if tree is not None:
-                self._current = (model, tree, Eviction(tree, self._bound))
+                ratio = self._ratio
+                max_bytes = None if ratio is None else int(tree.total_bytes * ratio)
+                self._current = (model, tree, Eviction(tree, self._bound, max_bytes))
         model, tree, job = self._current
         before = job.freed
         finished = job.step(budget)
@@ -144,7 +221,10 @@ class StateEviction:
         if finished:
             self._state.drop_if_empty(model, tree)
             self._current = None
-        return finished and not self._models
+        if finished and not self._models:
+            self._state._pressed = False
+            return True
+        return False
 
 
 class CacheAwarePolicy:
@@ -161,13 +241,15 @@ class CacheAwarePolicy:
         now: Callable[[], float],
         state: CacheAwareState | None = None,
         kv_index: KvIndexes | None = None,
+        max_tree_bytes: int = DEFAULT_MAX_TREE_BYTES,
+        max_tree_size: int = 1 << 62,
     ) -> None:
         self.kv_index = kv_index  # settable after construction: the KV-events actor owns it
         self._threshold = cache_threshold
         self._abs = balance_abs_threshold
         self._rel = balance_rel_threshold
         self._now = now
-        self._state = CacheAwareState() if state is None else state
+        self._state = CacheAwareState(max_tree_bytes, max_tree_size) if state is None else state
 
     @property
     def state(self) -> CacheAwareState:
@@ -204,7 +286,7 @@ class CacheAwarePolicy:
                 size = tree.tenant_size
                 room = [(size(wid), load) for wid, load in zip(ids, loads, strict=True)]
                 choice = room.index(min(room))
-        tree.insert(key, ids[choice], self._now())
+        self._state.insert(tree, key, ids[choice], self._now())
         self._state.note(ids[choice], key)
         return choice
 

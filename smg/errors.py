@@ -171,6 +171,21 @@ def body_budget_timeout(size: int, seconds: float) -> ApiError:
     )
 
 
+def body_timeout(seconds: float) -> ApiError:
+    return ApiError(
+        408, "request_body_timeout", f"The request body stalled: no byte for {seconds:g} s"
+    )
+
+
+def too_many_connections(limit: int) -> ApiError:
+    return ApiError(
+        503,
+        "too_many_connections",
+        f"The gateway has reached its limit of {limit} open connections (max_connections)",
+        type="server_error",
+    )
+
+
 def unknown_url(method: str, path: str) -> ApiError:
     return ApiError(404, "unknown_url", f"Invalid URL ({method} {path})")
 

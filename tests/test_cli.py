@@ -82,3 +82,18 @@ def test_sim_flags() -> None:
 
     sim = build_section(SimConfig, ns, "sim.")
     assert sim.port == 9 and sim.model == "m" and sim.failure_rate == 0.5
+
+
+def test_limits_flags_and_the_connection_cap_from_the_open_file_limit() -> None:
+    from smg.config import ConfigError, LimitsConfig, check_limits, effective_max_connections
+
+    _, ns = parse(["launch", "--header-timeout-secs", "3", "--max-connections", "500"])
+    lim = gateway_config_from(ns).limits
+    assert lim.header_timeout_secs == 3.0 and lim.max_connections == 500
+    assert lim.max_buffered_request_bytes == 64 * 2**20 and lim.keepalive_timeout_secs == 75
+    assert effective_max_connections(lim, 20_000) == 500
+    assert effective_max_connections(LimitsConfig(), 20_000) == 10_000  # half the fd limit
+    assert effective_max_connections(LimitsConfig(), 100) == 64
+    assert effective_max_connections(LimitsConfig(max_connections=0), 100) == 0  # no cap
+    with pytest.raises(ConfigError, match="--max-buffered-request-bytes must be > 0"):
+        check_limits(LimitsConfig(max_buffered_request_bytes=0))

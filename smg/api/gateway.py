@@ -31,7 +31,7 @@ from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
 from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
-from smg.api.admission import Admission
+from smg.api.admission import Admission, refuse_while_draining
 from smg.api.connection_guard import ConnectionGuard
 from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
 from smg.api.mesh_setup import GatewayMesh
@@ -144,6 +144,7 @@ class Gateway:
             client_max_size=srv.max_payload_size,
             middlewares=[
                 edge_middleware(self.cfg.server.api_key, self.metrics),
+                refuse_while_draining(lambda: self.draining),
                 *self.mesh.middlewares(),
             ],
             handler_args=None,
@@ -371,7 +372,8 @@ class Gateway:
                 await metrics_runner.cleanup()
 
     async def _drain(self) -> None:
-        self.draining = True
+        self.draining = True  # new requests get 503 shutting_down, readiness says "draining"
+        self.admission.close()  # and so do the queued ones
         grace = self.cfg.server.shutdown_grace_period_secs
         log.info("gateway_draining", in_flight=len(self.inflight), grace_s=grace)
         try:

@@ -1,13 +1,15 @@
 """Finding 17: lifecycle.
 
-Before: during the drain new requests were still accepted. Now, once SIGTERM starts the drain,
-new requests get 503 `shutting_down` with Retry-After (and /readiness says "draining") while the
-streams in flight finish.
+Before: during the drain new requests were still accepted, and SIGHUP killed the process in the
+middle of a stream. Now, once SIGTERM starts the drain, new requests get 503 `shutting_down` with
+Retry-After (and /readiness says "draining") while the streams in flight finish; SIGHUP is logged
+and ignored by every long-running command (the gateway, the simulated worker and engine).
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -85,3 +87,34 @@ def test_requests_queued_for_admission_are_answered_503_when_the_drain_starts(
         assert_openai_error(queued.result(timeout=5), 503, "shutting_down")
         assert stream.result(timeout=30)[1] == "length"
     assert gw.proc.popen.wait(timeout=20) == 0
+
+
+def sighup_during_stream(gw: Gateway, sim: Any, *targets: Any) -> None:
+    with ThreadPoolExecutor(1) as pool:
+        stream = start_stream(pool, gw, sim, max_tokens=40)  # ~2 s
+        for proc in targets:
+            proc.signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert all(p.alive for p in targets)
+        text, finish = stream.result(timeout=30)
+    assert text and finish == "length"
+
+
+def test_sighup_during_a_stream_leaves_the_stream_and_the_processes_alive(
+    launch: Launcher,
+) -> None:
+    sim = launch.sim("m", tokens_per_second=20)
+    gw = launch.gateway([sim])
+    sighup_during_stream(gw, sim, gw.proc, sim.proc)
+    with gw.client() as client:  # both still serve
+        out = client.chat.completions.create(model="m", messages=MSGS, max_tokens=2)
+    assert out.choices[0].message.content
+    assert "sighup_ignored" in gw.proc.log_tail()
+
+
+def test_sighup_leaves_a_simulated_grpc_engine_serving(launch: Launcher) -> None:
+    engine = launch.engine("m")
+    engine.proc.signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert engine.proc.alive
+    assert isinstance(engine.stats(), dict)  # it still answers

@@ -295,8 +295,9 @@ class LimitsConfig:
     )
     header_timeout_secs: float = knob(
         10.0,
-        "A request's headers must be complete this long after their first byte, or the "
-        "connection is closed (slowloris). 0: off.",
+        "A new connection must bring its first request's headers whole within this long, a kept-"
+        "alive one within this long of a request's first byte; else it is closed (slowloris). "
+        "0: off.",
     )
     body_timeout_secs: float = knob(
         30.0,

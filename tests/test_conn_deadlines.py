@@ -29,10 +29,14 @@ def run(timeline: list[tuple[float, Sample]], limits: DeadlineLimits = LIMITS) -
 
 # fmt: off
 CASES = {
-    "an idle connection is not a header's business (keep-alive closes it)": (
-        [(t, IDLE) for t in (1, 30, 300)], [None, None, None]),
+    "a new connection that sends nothing owes its headers from the start": (
+        [(t, IDLE) for t in (1, 9.9, 10)], [None, None, H]),
+    "an idle kept-alive connection is not the header rule's business (keep-alive closes it)": (
+        [(1, s(rx=10, requests=1, in_request=True)),
+         *[(t, s(rx=10, requests=1, rx_at_idle=10)) for t in (2, 30, 300)]],
+        [None, None, None, None]),
     "slowloris: a byte now and then, never a whole header": (
-        [(1, s(rx=3)), (5, s(rx=4)), (10.9, s(rx=5)), (11, s(rx=6))], [None, None, None, H]),
+        [(1, s(rx=3)), (5, s(rx=4)), (9.9, s(rx=5)), (10, s(rx=6))], [None, None, None, H]),
     "a header that completes in time starts a request": (
         [(1, s(rx=3)), (9, s(rx=300, requests=1, in_request=True)), (40, s(rx=300, requests=1,
          in_request=True))], [None, None, None]),
@@ -43,8 +47,8 @@ CASES = {
         [None, None, None, None, None, H]),
     "a fast request between two samples does not inherit an old header clock": (
         [(1, s(rx=3)), (9, s(rx=500, requests=1, rx_at_idle=400)),
-         (12, s(rx=500, requests=1, rx_at_idle=400))],
-        [None, None, None]),
+         (12, s(rx=500, requests=1, rx_at_idle=400)), (19, s(rx=500, requests=1, rx_at_idle=400))],
+        [None, None, None, H]),
     "a stalled body": (
         [(1, s(rx=100, requests=1, in_request=True, reading_body=True)),
          (3, s(rx=200, requests=1, in_request=True, reading_body=True)),

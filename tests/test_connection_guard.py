@@ -113,20 +113,39 @@ async def response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return status, await reader.readexactly(length)
 
 
-async def test_a_partial_header_is_cut_at_the_header_deadline(served: Served) -> None:
-    reader, s = await served.connect()
-    idle_reader, idle = await served.connect()  # sends nothing: not the header rule's business
-    await send(s, b"POST /echo HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+async def test_new_connections_owe_their_headers_from_the_start(served: Served) -> None:
+    slow, slow_w = await served.connect()
+    silent, silent_w = await served.connect()  # sends nothing at all
+    await send(slow_w, b"POST /echo HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    await settle()
+    await served.sweep_after(9.9)
+    assert not slow.at_eof() and not silent.at_eof()
+    await served.sweep_after(0.1)  # 10 s after they opened
+    assert await asyncio.wait_for(slow.read(), 5) == b""  # closed
+    assert await asyncio.wait_for(silent.read(), 5) == b""
+    assert served.guard.closed["header_timeout"] == 2
+    slow_w.close()
+    silent_w.close()
+
+
+async def test_a_kept_alive_connection_owes_headers_from_its_next_first_byte(
+    served: Served,
+) -> None:
+    reader, w = await served.connect()
+    await send(w, post(2, b"{}"))
+    assert (await response(reader))[0] == 200
+    await served.sweep_after(1)
+    await served.sweep_after(60)  # idle after a response: the keep-alive timer's business
+    assert not reader.at_eof()
+    await send(w, b"POST /echo HTTP/1.1\r\nHost: x\r\nX-Slow: ")
     await settle()
     await served.sweep_after(1)  # the first byte is seen: the header clock starts
     await served.sweep_after(9.5)
     assert not reader.at_eof()
-    await served.sweep_after(0.5)  # 10 s after it was seen
-    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed
+    await served.sweep_after(0.5)
+    assert await asyncio.wait_for(reader.read(), 5) == b""
     assert served.guard.closed["header_timeout"] == 1
-    assert not idle_reader.at_eof() and len(served.guard.conns) == 1
-    s.close()
-    idle.close()
+    w.close()
 
 
 async def test_a_stalled_body_gets_408_and_a_moving_one_does_not(served: Served) -> None:

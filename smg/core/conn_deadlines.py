@@ -5,9 +5,11 @@ requests started, response bytes written); a sweeper samples each connection abo
 and hands the sample to `ConnDeadlines.observe` with `now`, which notes progress and says when a
 deadline has passed:
 
-- `HEADER_TIMEOUT`: bytes of a request arrived, but its headers were not complete
-  `header_timeout_s` after the first of them (slowloris). A connection that sends nothing is the
-  keep-alive timer's business, not this one's.
+- `HEADER_TIMEOUT`: a new connection has not brought its first request's headers whole
+  `header_timeout_s` after it opened, or bytes of a later request arrived but its headers were not
+  complete `header_timeout_s` after the first of them (slowloris). A kept-alive connection that
+  sends nothing after a response is the keep-alive timer's business, not this one's (as nginx
+  and Go's http.Server split them).
 - `BODY_TIMEOUT`: the handler is reading the request body and no byte has arrived for
   `body_timeout_s`.
 - `WRITE_STALL`: response bytes are waiting to be sent and the client has taken none of them for
@@ -70,7 +72,7 @@ class ConnDeadlines:
         self._rx_since = now
         self._requests = 0
         self._in_request = False
-        self._header_since: float | None = None
+        self._header_since: float | None = now  # a new connection owes its first request now
         self._body_since: float | None = None
         self._sent = 0
         self._sent_since = now
@@ -83,8 +85,8 @@ class ConnDeadlines:
             self._requests, self._in_request = s.requests, s.in_request
             self._header_since = None  # a request began or ended: a new header phase
             self._body_since = None
-        if s.in_request or s.rx <= s.rx_at_idle:
-            self._header_since = None
+        if s.in_request or (s.requests and s.rx <= s.rx_at_idle):
+            self._header_since = None  # in a request, or kept alive with nothing sent since
         elif self._header_since is None:
             self._header_since = now  # the first bytes of the next request's headers
         if not s.reading_body:

@@ -315,7 +315,7 @@ class LimitsConfig:
         "its admission permit freed (it stopped reading a stream). 0: off.",
     )
     max_buffered_request_bytes: int = knob(
-        67_108_864,
+        33_554_432,
         "Request-body bytes all requests together may hold in memory (taken before a body is "
         "read, kept until its response ends; a quarter is kept for bodies up to 1/64 of it). A "
         "request waits up to --queue-timeout-secs for room, then 503.",

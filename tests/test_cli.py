@@ -90,7 +90,7 @@ def test_limits_flags_and_the_connection_cap_from_the_open_file_limit() -> None:
     _, ns = parse(["launch", "--header-timeout-secs", "3", "--max-connections", "500"])
     lim = gateway_config_from(ns).limits
     assert lim.header_timeout_secs == 3.0 and lim.max_connections == 500
-    assert lim.max_buffered_request_bytes == 64 * 2**20 and lim.keepalive_timeout_secs == 75
+    assert lim.max_buffered_request_bytes == 32 * 2**20 and lim.keepalive_timeout_secs == 75
     assert effective_max_connections(lim, 20_000) == 500
     assert effective_max_connections(LimitsConfig(), 20_000) == 10_000  # half the fd limit
     assert effective_max_connections(LimitsConfig(), 100) == 64

@@ -138,7 +138,7 @@ async def _read_into(content: StreamReader, buf: io.BytesIO, limit: int) -> bool
     Chunks are copied into one growing buffer and dropped at once (chunks kept for a join at the
     end fragment the heap), and BytesIO hands its buffer over without a copy. No exception is
     raised from here and none leaves with a live buffer: a traceback keeps its frames' buffers
-    alive until a collection (measured: three 48 MiB bodies cut at the limit kept 150 MB).
+    alive until a collection (measured: three 48 MiB bodies cut at their limit kept 150 MB).
     """
     try:
         while buf.tell() <= limit:

@@ -2,7 +2,7 @@
 
 Before: bodies up to 512 MiB were buffered before admission: three 100 MB bodies took the gateway
 to 719 MB RSS. Now a body's size is taken from a global budget of buffered request bytes
-(--max-buffered-request-bytes, 64 MiB) before it is read; a body that can never fit (over three
+(--max-buffered-request-bytes, 32 MiB) before it is read; a body that can never fit (over three
 quarters of it) or is over --max-payload-size gets 413 from its Content-Length at once, and a body
 of unknown length is cut with 413 as soon as it passes the limit. Small bodies never wait behind
 large ones.
@@ -32,7 +32,7 @@ RSS_BOUND_MB = 200
 
 def test_413_from_content_length_before_the_body_is_read(launch: Launcher) -> None:
     sim = launch.sim("m")
-    gw = launch.gateway([sim])  # defaults: the budget's largest body is 48 MiB
+    gw = launch.gateway([sim])  # defaults: the budget's largest body is 24 MiB
     s = connect(gw.port, timeout_s=10)
     try:
         s.sendall(request_head(CHAT_PATH, length=100_000_000))  # headers only: no body follows
@@ -70,7 +70,7 @@ def test_a_chunked_body_over_the_limit_is_cut_while_it_streams(launch: Launcher)
     assert attack.response is not None
     assert "max_buffered_request_bytes" in attack.response.json()["error"]["message"]
     assert attack.sent_at_answer is not None
-    assert attack.sent_at_answer < 60 * 2**20, attack.sent_at_answer  # cut near 48 MiB
+    assert attack.sent_at_answer < 40 * 2**20, attack.sent_at_answer  # cut near 24 MiB
     assert rss.peak_mb < RSS_BOUND_MB, rss.peak_mb
     assert gw.metric("smg_http_request_body_bytes_held") == 0.0  # the reservation came back
 
@@ -95,7 +95,7 @@ def test_three_concurrent_100_mb_bodies_stay_under_the_rss_bound(launch: Launche
 def test_bodies_under_the_limit_are_served_and_their_budget_returned(launch: Launcher) -> None:
     sim = launch.sim("m")
     gw = launch.gateway([sim])
-    big = "x" * (4 * 2**20)  # 4 MiB: a large body, well under the 48 MiB largest
+    big = "x" * (4 * 2**20)  # 4 MiB: a large body, well under the 24 MiB largest
     with ThreadPoolExecutor(4) as pool:
         results = list(
             pool.map(

@@ -14,10 +14,10 @@ import signal
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from smg.config import ConfigError, GatewayConfig, SimConfig, replace_path
+from smg.config import ConfigError, GatewayConfig, SimConfig, check_limits, replace_path
 
 COMMANDS = ("launch", "node", "sim", "dev")
 
@@ -196,7 +196,9 @@ def install_uvloop() -> None:
 
 
 def run_until_signal(main: Callable[[asyncio.Event], Any]) -> None:
-    """Run `main(stop)`; SIGTERM/SIGINT set `stop` (a second signal exits at once)."""
+    """Run `main(stop)`; SIGTERM/SIGINT set `stop` (a second signal exits at once). SIGHUP, whose
+    default action kills the process (a closed terminal, a reload habit), is logged and ignored:
+    there is nothing to reload, and streams in flight must not die for it."""
     install_uvloop()
 
     async def runner() -> None:
@@ -210,9 +212,24 @@ def run_until_signal(main: Callable[[asyncio.Event], Any]) -> None:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
+        loop.add_signal_handler(signal.SIGHUP, _on_hangup)
         await main(stop)
 
     asyncio.run(runner())
+
+
+def _on_hangup() -> None:
+    import structlog
+
+    structlog.get_logger("smg").warning("sighup_ignored", detail="nothing to reload; still serving")
+
+
+async def until_stopped(serve: Callable[[], Coroutine[Any, Any, Any]], stop: asyncio.Event) -> None:
+    """Run `serve()` (which runs until cancelled) until `stop` is set."""
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(serve())
+        await stop.wait()
+        task.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,6 +251,11 @@ def _main(argv: Sequence[str] | None) -> int:
         logs.configure(cfg.observability.log_level, cfg.observability.log_json)
         from smg.api.gateway import Gateway
 
+        try:
+            check_limits(cfg.limits)
+        except ConfigError as exc:
+            print(f"smg: {exc}", file=sys.stderr)
+            return 2
         run_until_signal(lambda stop: Gateway(cfg).run(stop))
         return 0
     if command == "sim":
@@ -243,9 +265,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
             run_grpc(ns)
             return 0
-        from smg.sim.http_worker import run as run_sim
+        from smg.sim.http_worker import serve
 
-        run_sim(build_section(SimConfig, ns, "sim."))
+        sim_cfg = build_section(SimConfig, ns, "sim.")
+        run_until_signal(lambda stop: until_stopped(lambda: serve(sim_cfg), stop))
         return 0
     if command == "dev":
         logs.configure(ns.log_level)

@@ -48,7 +48,9 @@ class ServerConfig:
     host: str = knob("0.0.0.0", "Address the gateway's HTTP server binds.")
     port: int = knob(30000, "Port of the gateway's HTTP server.")
     max_payload_size: int = knob(
-        536_870_912, "Largest request body accepted, in bytes; larger ones get 413."
+        536_870_912,
+        "Largest request body accepted, in bytes; larger ones get 413 (the body budget, "
+        "--max-buffered-request-bytes, bounds it too).",
     )
     api_key: str | None = knob(
         None,
@@ -391,6 +393,39 @@ class LimitsConfig:
     """Bounds on what clients can hold: connections, header/body/idle/write timeouts, buffered
     request bytes."""
 
+    max_connections: int = knob(
+        -1,
+        "Most open client connections (each holds a file descriptor); past it a new connection "
+        "gets 503 and is closed. -1: half the open-file limit; 0: no cap.",
+    )
+    header_timeout_secs: float = knob(
+        10.0,
+        "A new connection must bring its first request's headers whole within this long, a kept-"
+        "alive one within this long of a request's first byte; else it is closed (slowloris). "
+        "0: off.",
+    )
+    body_timeout_secs: float = knob(
+        30.0,
+        "A request body that brings no byte for this long while it is read gets 408 (a stalled "
+        "upload would hold its buffer). 0: off.",
+    )
+    keepalive_timeout_secs: float = knob(
+        75.0,
+        "An idle keep-alive connection is closed after this long (longer than the usual load "
+        "balancer's 60 s idle timeout, so the balancer closes first).",
+    )
+    write_timeout_secs: float = knob(
+        30.0,
+        "A client that takes none of the response bytes waiting for it this long is cut off and "
+        "its admission permit freed (it stopped reading a stream). 0: off.",
+    )
+    max_buffered_request_bytes: int = knob(
+        33_554_432,
+        "Request-body bytes all requests together may hold in memory (taken before a body is "
+        "read, kept until its response ends; a quarter is kept for bodies up to 1/64 of it). A "
+        "request waits up to --queue-timeout-secs for room, then 503.",
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
@@ -474,3 +509,21 @@ def effective_max_concurrency(adm: AdmissionConfig, cores: int) -> int:
 
 def effective_max_attempts(retry: RetryConfig) -> int:
     return 1 if retry.disable_retries else max(1, retry.retry_max_retries)
+
+
+def effective_max_connections(limits: LimitsConfig, open_files: int) -> int:
+    """-1 sizes the cap from the open-file limit: half of it for client connections, the other
+    half for upstream connections, listeners and files; 0 means no cap."""
+    if limits.max_connections < 0:
+        return max(64, open_files // 2)
+    return limits.max_connections
+
+
+def check_limits(limits: LimitsConfig) -> None:
+    for name in ("header_timeout_secs", "body_timeout_secs", "write_timeout_secs"):
+        if getattr(limits, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (0 turns it off)")
+    if limits.keepalive_timeout_secs <= 0:
+        raise ConfigError("--keepalive-timeout-secs must be > 0")
+    if limits.max_buffered_request_bytes <= 0:
+        raise ConfigError("--max-buffered-request-bytes must be > 0")

@@ -150,6 +150,42 @@ def draining() -> ApiError:
     return ApiError(503, "shutting_down", "The gateway is shutting down", type="server_error")
 
 
+def body_over_budget(capacity: int, largest: int, *, size: int | None = None) -> ApiError:
+    what = "Request body" if size is None else f"Request body of {size} bytes"
+    return ApiError(
+        413,
+        "request_body_too_large",
+        f"{what} exceeds the largest body the gateway buffers ({largest} bytes: three quarters "
+        f"of max_buffered_request_bytes = {capacity})",
+        type="invalid_request_error",
+    )
+
+
+def body_budget_timeout(size: int, seconds: float) -> ApiError:
+    return ApiError(
+        503,
+        "request_body_budget_timeout",
+        f"No room to buffer a {size}-byte request body within {seconds:g} s "
+        "(max_buffered_request_bytes is in use); retry later",
+        type="server_error",
+    )
+
+
+def body_timeout(seconds: float) -> ApiError:
+    return ApiError(
+        408, "request_body_timeout", f"The request body stalled: no byte for {seconds:g} s"
+    )
+
+
+def too_many_connections(limit: int) -> ApiError:
+    return ApiError(
+        503,
+        "too_many_connections",
+        f"The gateway has reached its limit of {limit} open connections (max_connections)",
+        type="server_error",
+    )
+
+
 def unknown_url(method: str, path: str) -> ApiError:
     return ApiError(404, "unknown_url", f"Invalid URL ({method} {path})")
 

@@ -68,3 +68,21 @@ async def test_zero_limit_means_unlimited() -> None:
     for _ in range(100):
         await adm.acquire()
     assert adm.active == 100
+
+
+async def test_close_answers_the_queued_and_refuses_new_ones_with_503() -> None:
+    clock = FakeClock()
+    adm = Admission(limit=1, queue_size=4, timeout_s=30.0, clock=clock)
+    await adm.acquire()
+    queued = asyncio.ensure_future(adm.acquire())
+    await settle()
+    adm.close()
+    await settle()
+    err = queued.exception()
+    assert isinstance(err, ApiError) and err.status == 503 and err.code == "shutting_down"
+    with pytest.raises(ApiError) as late:
+        await adm.acquire()
+    assert late.value.code == "shutting_down"
+    assert adm.queued == 0 and adm.active == 1  # the one in flight keeps its permit
+    adm.release()
+    assert adm.active == 0

@@ -105,3 +105,18 @@ def test_auth_flags_repeat_and_read_the_environment(monkeypatch: pytest.MonkeyPa
     assert auth.tenant_header_name == "x-org"
     monkeypatch.setenv("SMG_TENANT_API_KEY", "a:k1,b:k2")
     assert gateway_config_from(parse([])[1]).auth.tenant_api_keys == ("a:k1", "b:k2")
+
+
+def test_limits_flags_and_the_connection_cap_from_the_open_file_limit() -> None:
+    from smg.config import ConfigError, LimitsConfig, check_limits, effective_max_connections
+
+    _, ns = parse(["launch", "--header-timeout-secs", "3", "--max-connections", "500"])
+    lim = gateway_config_from(ns).limits
+    assert lim.header_timeout_secs == 3.0 and lim.max_connections == 500
+    assert lim.max_buffered_request_bytes == 32 * 2**20 and lim.keepalive_timeout_secs == 75
+    assert effective_max_connections(lim, 20_000) == 500
+    assert effective_max_connections(LimitsConfig(), 20_000) == 10_000  # half the fd limit
+    assert effective_max_connections(LimitsConfig(), 100) == 64
+    assert effective_max_connections(LimitsConfig(max_connections=0), 100) == 0  # no cap
+    with pytest.raises(ConfigError, match="--max-buffered-request-bytes must be > 0"):
+        check_limits(LimitsConfig(max_buffered_request_bytes=0))

@@ -3,19 +3,44 @@
 A full queue answers 429 at once; a request that waits past the deadline answers 408. The permit
 is held until the response body ends (streams included). A released permit is handed straight
 to the oldest waiter, so the count never dips and late arrivals cannot jump the queue.
+
+Once the gateway drains, nothing new is admitted: `close()` answers every queued request 503
+`shutting_down`, and `refuse_while_draining` answers new requests 503 before their body is read
+(the health probes still answer, so readiness can say "draining").
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
 
 from smg import errors
 from smg.clock import Clock
 
+PROBES = frozenset({"/health", "/liveness", "/readiness"})
+
+
+def refuse_while_draining(is_draining: Callable[[], bool]) -> Any:
+    """Middleware: while the gateway drains, every request but the health probes gets 503
+    `shutting_down` (with Retry-After) before anything else is done for it."""
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if is_draining() and request.path not in PROBES:
+            raise errors.draining()
+        return await handler(request)
+
+    return middleware
+
 
 class Admission:
-    __slots__ = ("_waiters", "active", "clock", "limit", "queue_size", "timeout_s")
+    __slots__ = ("_waiters", "active", "clock", "closed", "limit", "queue_size", "timeout_s")
 
     def __init__(self, limit: int, queue_size: int, timeout_s: float, clock: Clock) -> None:
         self.limit = limit  # 0: unlimited
@@ -23,6 +48,7 @@ class Admission:
         self.timeout_s = timeout_s
         self.clock = clock
         self.active = 0
+        self.closed = False
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     @property
@@ -30,6 +56,8 @@ class Admission:
         return len(self._waiters)
 
     async def acquire(self) -> None:
+        if self.closed:
+            raise errors.draining()
         if self.limit <= 0 or (self.active < self.limit and not self._waiters):
             self.active += 1
             return
@@ -56,6 +84,14 @@ class Admission:
                 self._waiters.remove(fut)
             except ValueError:
                 pass
+
+    def close(self) -> None:
+        """Admit nothing more; the queued requests get 503 `shutting_down`."""
+        self.closed = True
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(errors.draining())
 
     def release(self) -> None:
         while self._waiters:

@@ -31,9 +31,10 @@ from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
 from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
-from smg.api.admission import Admission
+from smg.api.admission import Admission, refuse_while_draining
 from smg.api.auth import AuthGate
-from smg.api.listeners import bound_port, start_metrics
+from smg.api.connection_guard import ConnectionGuard
+from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
 from smg.api.mesh_setup import GatewayMesh
 from smg.api.middleware import edge_middleware, metrics_middleware
 from smg.api.native_routes import NativeRoutes
@@ -43,7 +44,12 @@ from smg.api.pd_routes import PdRoutes
 from smg.api.pipeline_routes import PipelineRoutes
 from smg.api.relay import HttpRelay
 from smg.clock import Clock, LoopClock
-from smg.config import GatewayConfig, effective_max_concurrency
+from smg.config import (
+    GatewayConfig,
+    check_limits,
+    effective_max_concurrency,
+    effective_max_connections,
+)
 from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
 from smg.metrics import Metrics
@@ -63,8 +69,10 @@ log = structlog.get_logger("smg.gateway")
 
 _TEXT_POLICIES = frozenset({"cache_aware", "consistent_hashing", "prefix_hash", "bucket"})
 _TOKENIZER_LOAD_TIMEOUT_S = 300.0
-# aiohttp's default listen backlog (128) overflows at a few hundred concurrent connects.
-_BACKLOG = 4096
+# After answering without reading a body (413, 401, 503...), aiohttp reads and drops what the
+# client still sends for this long, so the client sees the answer instead of a reset; short, as
+# a sender of an endless body holds its connection (and our CPU) that long.
+_LINGER_S = 2.0
 
 
 class Gateway:
@@ -78,6 +86,7 @@ class Gateway:
         self.cfg = cfg
         startup_workers(cfg)  # a malformed --prefill entry fails here, before anything starts
         self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
+        check_limits(cfg.limits)
         self.clock: Clock = clock or LoopClock()
         self.auth = AuthGate.from_config(cfg, self.clock.now)  # a bad auth flag fails here too
         self.rng = rng or random.Random()
@@ -90,6 +99,12 @@ class Gateway:
             adm.queue_size,
             adm.queue_timeout_secs,
             self.clock,
+        )
+        self.guard = ConnectionGuard(
+            cfg.limits,
+            max_connections=effective_max_connections(cfg.limits, open_file_limit()),
+            budget_timeout_s=adm.queue_timeout_secs,
+            clock=self.clock,
         )
         self.loads: SnapshotCell[LoadBoard] = SnapshotCell(LoadBoard())
         self.policy = make_policy(
@@ -119,6 +134,7 @@ class Gateway:
             self.metrics.registry.register(CacheTreeCollector(self.policy.state))
         if self.mesh.enabled:
             self.metrics.registry.register(self.mesh.collector())
+        self.metrics.registry.register(self.guard.collector())
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None
         self.started = asyncio.Event()
@@ -135,6 +151,7 @@ class Gateway:
             client_max_size=srv.max_payload_size,
             middlewares=[
                 edge_middleware(self.auth, self.metrics),
+                refuse_while_draining(lambda: self.draining),
                 *self.mesh.middlewares(),
             ],
             handler_args=None,
@@ -315,17 +332,23 @@ class Gateway:
     async def _serve(self, runner: Runner, backend: HttpBackend, stop: asyncio.Event) -> None:
         cfg = self.cfg
         app = self.build_app(runner, backend)
-        web_runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        web_runner = web.AppRunner(
+            app,
+            access_log=None,
+            handler_cancellation=True,
+            keepalive_timeout=cfg.limits.keepalive_timeout_secs,
+            lingering_time=_LINGER_S,
+        )
         await web_runner.setup()
-        site = web.TCPSite(
+        assert web_runner.server is not None
+        site = await start_site(
             web_runner,
             cfg.server.host,
             cfg.server.port,
-            reuse_address=True,
-            backlog=_BACKLOG,
+            protocol_factory=self.guard.factory(web_runner.server),
+            handshake_timeout_s=cfg.limits.header_timeout_secs or None,
             ssl_context=self.tls.server,
         )
-        await site.start()
         self.bound_port = bound_port(site)
         gate = [metrics_middleware(self.auth)]  # /metrics: a control-plane credential, any role
         metrics = await start_metrics(
@@ -346,6 +369,7 @@ class Gateway:
             metrics_port=self.bound_metrics_port,
             policy=cfg.routing.policy,
             workers=len(cfg.workers.worker_urls),
+            max_connections=self.guard.max_connections,
         )
         self.started.set()
         # Everything built at start-up lives as long as the process: keep it out of the
@@ -353,16 +377,22 @@ class Gateway:
         gc.collect()
         gc.freeze()
         try:
-            await stop.wait()
-            await self._drain()
-            await self.mesh.leave()
+            async with asyncio.TaskGroup() as tg:
+                sweeper = tg.create_task(self.guard.run(), name="connection-sweeper")
+                try:
+                    await stop.wait()
+                    await self._drain()
+                    await self.mesh.leave()
+                finally:
+                    sweeper.cancel()
         finally:
             await web_runner.cleanup()
             if metrics_runner is not None:
                 await metrics_runner.cleanup()
 
     async def _drain(self) -> None:
-        self.draining = True
+        self.draining = True  # new requests get 503 shutting_down, readiness says "draining"
+        self.admission.close()  # and so do the queued ones
         grace = self.cfg.server.shutdown_grace_period_secs
         log.info("gateway_draining", in_flight=len(self.inflight), grace_s=grace)
         try:

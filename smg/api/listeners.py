@@ -1,7 +1,10 @@
-"""The gateway's extra listener (Prometheus `/metrics`) and the port a site actually bound."""
+"""The gateway's listeners: the client-facing one (`start_site`, its protocols made by the
+connection guard), the Prometheus `/metrics` one, and the port a site actually bound."""
 
 from __future__ import annotations
 
+import asyncio
+import resource
 import socket
 import ssl
 from collections.abc import Callable, Sequence
@@ -10,6 +13,93 @@ from typing import Any
 from aiohttp import web
 
 from smg.config import ObservabilityConfig
+
+# aiohttp's default listen backlog (128) overflows at a few hundred concurrent connects.
+BACKLOG = 4096
+
+
+class _Site(web.TCPSite):
+    """A TCPSite whose connections are made by `protocol_factory` instead of the runner's own
+    server (aiohttp's `TCPSite.start`, with the factory and the TLS handshake deadline)."""
+
+    __slots__ = ("_factory", "_handshake_timeout_s")
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        *,
+        protocol_factory: Callable[[], Any],
+        ssl_context: ssl.SSLContext | None,
+        handshake_timeout_s: float | None,
+        backlog: int,
+    ) -> None:
+        super().__init__(
+            runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_address=True
+        )
+        self._factory = protocol_factory
+        self._handshake_timeout_s = handshake_timeout_s
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner (cleanup closes it)
+        extra: dict[str, Any] = {}
+        if self._ssl_context is not None and self._handshake_timeout_s:
+            extra["ssl_handshake_timeout"] = self._handshake_timeout_s
+        self._server = await asyncio.get_running_loop().create_server(
+            self._factory,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=True,
+            **extra,
+        )
+
+
+async def start_site(
+    runner: web.AppRunner,
+    host: str,
+    port: int,
+    *,
+    protocol_factory: Callable[[], Any] | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    handshake_timeout_s: float | None = None,
+    backlog: int = BACKLOG,
+) -> web.TCPSite:
+    """Listen on (host, port) for `runner`'s app, over TLS with `ssl_context`. Connections are
+    made by `protocol_factory` (the connection guard's) when given; a TLS handshake must end
+    within `handshake_timeout_s` (its bytes come before any HTTP deadline can apply)."""
+    site: web.TCPSite
+    if protocol_factory is None:
+        site = web.TCPSite(
+            runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_address=True
+        )
+    else:
+        site = _Site(
+            runner,
+            host,
+            port,
+            protocol_factory=protocol_factory,
+            ssl_context=ssl_context,
+            handshake_timeout_s=handshake_timeout_s,
+            backlog=backlog,
+        )
+    await site.start()
+    return site
+
+
+def open_file_limit() -> int:
+    """Raise this process's soft open-file limit to the hard one (as Go's runtime does: every
+    connection is a file descriptor) and return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 def bound_port(site: web.TCPSite) -> int | None:

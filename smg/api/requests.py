@@ -5,14 +5,16 @@ Every client mistake becomes an `ApiError` with a stable code, never a 500.
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 from typing import Any
 
 import orjson
-from aiohttp import web
+from aiohttp import StreamReader, web
 
 from smg import errors
+from smg.api.connection_guard import BodyStalled, EdgeHandler
 from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.sampling import sampling_from_openai
 
@@ -40,13 +42,114 @@ _ID_HEADERS = ("x-request-id", "x-correlation-id", "x-trace-id", "request-id")
 
 
 async def read_body(request: web.BaseRequest, limit: int) -> bytes:
+    """The whole body, at most `limit` bytes: 413 from Content-Length before a byte is read, or
+    as soon as a body of unknown length passes the limit.
+
+    On the gateway's listener the body's size is first taken from the body budget, and given
+    back when the response has ended. A body of unknown length (chunked) takes room for a small
+    body first and, only once it grows past that, room for the largest it may be (both trimmed
+    to its size once read). A body that stalls while it is read gets 408.
+    """
     length = request.content_length
     if length is not None and length > limit:
         raise errors.payload_too_large(limit)
+    edge = request.protocol
+    if not isinstance(edge, EdgeHandler):  # not behind the gateway's listener (unit tests)
+        raw = await _read(request.content, limit)
+        if raw is None:
+            raise errors.payload_too_large(limit)
+        return raw
+    budget = edge.guard.budget
+    if length is not None and length > budget.largest:
+        raise errors.body_over_budget(budget.core.capacity, budget.largest, size=length)
+    over_budget = limit > budget.largest  # then the budget, not max_payload_size, bounds it
+    if over_budget:
+        limit = budget.largest
     try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise errors.payload_too_large(limit) from None
+        raw = await _read_held(edge, request.content, length, limit)
+    except BodyStalled:
+        raise errors.body_timeout(edge.guard.limits.body_timeout_s) from None
+    finally:
+        edge.body_reader = None
+    if raw is None:
+        if over_budget:
+            raise errors.body_over_budget(budget.core.capacity, budget.largest)
+        raise errors.payload_too_large(limit)
+    if edge.held > len(raw):
+        budget.shrink(edge.held, len(raw))
+        edge.held = len(raw)
+    return raw
+
+
+async def _read_held(
+    edge: EdgeHandler, content: StreamReader, length: int | None, limit: int
+) -> bytes | None:
+    """Read the body under a budget grant `edge.held` (released when the request ends)."""
+    budget = edge.guard.budget
+    assert edge.held == 0, "one body per request"
+    if length is not None:  # the usual case: exactly its size
+        if length:
+            await budget.acquire(length)
+            edge.held = length
+        edge.body_reader = content
+        return await _read(content, limit)
+    step = min(limit, budget.core.small_max)
+    await budget.acquire(step)
+    edge.held = step
+    edge.body_reader = content
+    buf = io.BytesIO()
+    if await _read_into(content, buf, step):
+        return buf.getvalue()
+    if step < limit:
+        edge.body_reader = None  # waiting for room is not a stalled body
+        try:
+            await budget.acquire(limit)  # the small grant still counts what was read
+        except BaseException:
+            buf.close()
+            raise
+        budget.release(step)
+        edge.held = limit
+        edge.body_reader = content
+        if await _read_into(content, buf, limit):
+            return buf.getvalue()
+    buf.close()
+    return None
+
+
+async def _read(content: StreamReader, limit: int) -> bytes | None:
+    """The body, or None once it passes `limit`. Most bodies come in one chunk, returned as it
+    is; longer ones go through one buffer (`_read_into`)."""
+    first = await content.readany()
+    if len(first) > limit:
+        return None
+    if not first or content.at_eof():
+        return first
+    buf = io.BytesIO()
+    buf.write(first)
+    if await _read_into(content, buf, limit):
+        return buf.getvalue()
+    buf.close()
+    return None
+
+
+async def _read_into(content: StreamReader, buf: io.BytesIO, limit: int) -> bool:
+    """Read into `buf` until the body ends (True) or `buf` holds more than `limit` bytes (False).
+
+    Chunks are copied into one growing buffer and dropped at once (chunks kept for a join at the
+    end fragment the heap), and BytesIO hands its buffer over without a copy. No exception is
+    raised from here and none leaves with a live buffer: a traceback keeps its frames' buffers
+    alive until a collection (measured: three 48 MiB bodies cut at their limit kept 150 MB).
+    """
+    try:
+        while buf.tell() <= limit:
+            chunk = await content.readany()
+            if not chunk:
+                return True
+            buf.write(chunk)
+        return False
+    except BaseException:  # a stalled body, a client gone: drop what was read now
+        buf.close()
+        raise
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:

@@ -2,17 +2,13 @@
 SGLang servers do, so a gateway can register, probe, load-balance and stream from it.
 
 The handlers live in `http_handlers.SimWorker`; this module wires them to routes and runs the
-server (`build_app`, `start`, `serve`, and `run` for the CLI).
+server (`build_app`, `start`, and `serve`, which `smg sim` runs until a signal).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 import ssl
-from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
@@ -85,25 +81,3 @@ async def serve(cfg: SimConfig) -> None:
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
-
-
-def run(cfg: SimConfig) -> None:
-    """Blocking entry point of `smg sim`: uvloop when installed; SIGINT/SIGTERM stop it cleanly."""
-
-    async def main() -> None:
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        if task is not None:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
-                    loop.add_signal_handler(sig, task.cancel)
-        await serve(cfg)
-
-    try:
-        import uvloop
-    except ImportError:
-        runner: Callable[[Any], Any] = asyncio.run
-    else:
-        runner = uvloop.run
-    with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
-        runner(main())

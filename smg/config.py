@@ -25,6 +25,11 @@ POLICIES = (
 )
 
 
+class ConfigError(ValueError):
+    """A configuration that cannot be served safely: `smg launch` exits non-zero with this
+    message, one line saying what to set."""
+
+
 def knob(
     default: Any,
     help: str,
@@ -48,10 +53,12 @@ class ServerConfig:
     )
     api_key: str | None = knob(
         None,
-        "Bearer key clients must present; also sent to workers. Unset: no client auth.",
+        "Bearer key clients must present (the clients' key only: never sent to workers, see "
+        "--worker-api-key). Unset: no client auth.",
     )
     request_timeout_secs: float = knob(
-        1800.0, "Deadline for one upstream attempt to answer (headers and body)."
+        1800.0,
+        "Deadline for the whole upstream part of a request, retries and streaming included.",
     )
     shutdown_grace_period_secs: float = knob(
         180.0, "On SIGTERM, how long in-flight requests may take to finish before exit."
@@ -296,6 +303,31 @@ class UpstreamConfig:
         None,
         "Bearer key the gateway sends to workers that have no api_key of their own "
         "(never the clients' keys).",
+    )
+    worker_url_allowlist: tuple[str, ...] = knob(
+        (),
+        "CIDRs workers may be in; set: every other address is refused (at registration and at "
+        "connect). Link-local and metadata addresses stay refused.",
+        nargs="*",
+    )
+    worker_url_denylist: tuple[str, ...] = knob(
+        (),
+        "CIDRs workers may never be in, on top of the defaults (link-local, cloud metadata, "
+        "0.0.0.0/8, multicast, broadcast, unspecified).",
+        nargs="*",
+    )
+    max_upstream_response_bytes: int = knob(
+        33_554_432,
+        "Largest non-streamed answer read from a worker; a bigger one is cut (502 "
+        "upstream_response_too_large) and counts as the worker's failure.",
+    )
+    upstream_idle_timeout_secs: float = knob(
+        300.0,
+        "Longest silence of a worker's streamed answer (before the first token included); then "
+        "the stream is cut and counts as the worker's failure. 0: no idle limit.",
+    )
+    upstream_connect_timeout_secs: float = knob(
+        10.0, "Deadline to open a connection to a worker; a failed connect is retried elsewhere."
     )
 
 

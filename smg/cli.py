@@ -196,8 +196,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = replace_path(cfg, "mesh", enable_mesh=True)
         logs.configure(cfg.observability.log_level, cfg.observability.log_json)
         from smg.api.gateway import Gateway
+        from smg.config import ConfigError
 
-        run_until_signal(lambda stop: Gateway(cfg).run(stop))
+        try:
+            run_until_signal(lambda stop: Gateway(cfg).run(stop))
+        except ConfigError as exc:  # a config that cannot be served safely: say what to set
+            print(f"smg: {exc}", file=sys.stderr)
+            return 2
         return 0
     if command == "sim":
         logs.configure("info")

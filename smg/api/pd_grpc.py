@@ -33,8 +33,8 @@ from google.protobuf import json_format
 
 from smg import errors
 from smg.actors.snapshots import WorkerSnapshot
-from smg.api.pd_routes import LegFailed, PdRoutes, leg_done
-from smg.api.relay import sse_error
+from smg.api.pd_routes import LegFailed, PdRoutes, fail_client, leg_done
+from smg.api.relay import ROUTED_WORKER_HEADER
 from smg.pipeline import pd
 from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.grpc_contract import SGLANG
@@ -188,13 +188,12 @@ class GrpcPd:
             decode_policy=r.decode_policy,
             now=r.clock.now(),
         )
-        request_id = engine_request.request_id
         for w in (pair.prefill, pair.decode):
             r.metrics.selected(w, prepared.model)
         headers = {
-            "X-Request-Id": request_id,
-            "X-SMG-Routed-Worker-Id": pair.decode.url,
-            "X-SMG-Prefill-Worker-Id": pair.prefill.url,
+            "X-Request-Id": request["request_id"],  # the client's, echoed
+            ROUTED_WORKER_HEADER: pair.decode.worker_id,
+            "X-SMG-Prefill-Worker-Id": pair.prefill.worker_id,
         }
         shaper = OutputShaper(prepared.spec, prepared.tokenizer.decode_sync)
         resp: web.StreamResponse | None = None
@@ -227,7 +226,7 @@ class GrpcPd:
                     try:
                         out = await pipeline.whole(engine, shaper, headers, finish)
                     except errors.ApiError as exc:
-                        raise LegFailed(pd.DECODE, exc.message) from exc
+                        raise LegFailed(pd.DECODE, f"{pair.decode.url}: {shaper.error}") from exc
         except* LegFailed as group:
             failure = next(e for e in group.exceptions if isinstance(e, LegFailed))
             if failure.role == pd.DECODE:
@@ -237,7 +236,14 @@ class GrpcPd:
         if failure is None:
             assert out is not None
             return out
-        log.warning("pd_leg_failed", role=failure.role, detail=failure.detail, grpc=True)
+        log.warning(
+            "pd_leg_failed",
+            role=failure.role,
+            detail=failure.detail,
+            grpc=True,
+            request_id=request["request_id"],
+            engine_id=engine_request.request_id,
+        )
         if (
             may_retry
             and failure.role == pd.PREFILL
@@ -245,16 +251,7 @@ class GrpcPd:
             and _another_prefill(candidates, pair.prefill.url, r.clock.now())
         ):
             raise _RetryPrefill(pair.prefill.url)
-        err = failure.api_error()
-        if resp is not None and resp.prepared:  # the client's stream has started
-            if not outcome[0]:
-                try:
-                    await resp.write(sse_error(err))
-                    await resp.write_eof()
-                except ConnectionResetError:
-                    pass
-            return resp
-        raise err
+        return await fail_client(resp, failure.api_error(), ended=bool(outcome[0]))
 
     async def _bootstrap_port(self, prefill: WorkerSnapshot) -> int:
         """The prefill's KV bootstrap port: configured, cached, or asked of the engine."""
@@ -270,11 +267,8 @@ class GrpcPd:
             raise LegFailed(pd.PREFILL, f"{prefill.url}: GetServerInfo failed: {exc}") from exc
         port = pd.bootstrap_port_from(args)
         if port is None:
-            raise LegFailed(
-                pd.PREFILL,
-                f"{prefill.url} reports no disaggregation_bootstrap_port: give one with "
-                "--prefill URL PORT",
-            )
+            hint = "it reports no disaggregation_bootstrap_port: give one with --prefill URL PORT"
+            raise LegFailed(pd.PREFILL, f"{prefill.url}: {hint}", public=hint)
         log.info("pd_bootstrap_port_discovered", url=prefill.url, port=port)
         self._bootstrap_ports[prefill.url] = port
         return port

@@ -39,6 +39,8 @@ from smg_grpc_proto.generated import (
     vllm_engine_pb2_grpc,
 )
 
+from smg.core.idle import IdleSweeper
+from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc_contract import (
     DETECTION_ORDER,
     PROTO_MODULES,
@@ -88,6 +90,7 @@ class EngineClient:
         rpc_timeout_s: float = 5.0,
         abort_timeout_s: float = 1.0,
         lean: LeanChannel | None = None,
+        idle: IdleSweeper | None = None,
     ) -> None:
         if runtime not in SERVICE_NAMES:
             raise ValueError(f"unknown runtime {runtime!r}: expected 'vllm' or 'sglang'")
@@ -110,6 +113,7 @@ class EngineClient:
         self._aborts: set[Any] = set()  # in-flight fire-and-forget Abort calls
         self._closed = False
         self._lean = lean  # None: Generate on the grpc.aio data channel
+        self._idle = idle  # the idle limit of streamed lean Generate calls (None: none)
         self._generate_path = f"/{SERVICE_NAMES[runtime]}/Generate"
         self._parse_response = self._pb.GenerateResponse.FromString
 
@@ -122,6 +126,8 @@ class EngineClient:
         rpc_timeout_s: float = 5.0,
         abort_timeout_s: float = 1.0,
         lean_generate: bool = True,
+        address_guard: AddressGuard | None = None,
+        idle: IdleSweeper | None = None,
     ) -> EngineClient:
         """Open the channels; when `runtime` is None, ask GetModelInfo of the SGLang service and
         then the vLLM one (the other answers UNIMPLEMENTED). With a runtime given nothing is sent:
@@ -140,9 +146,12 @@ class EngineClient:
                 probe,
                 rpc_timeout_s=rpc_timeout_s,
                 abort_timeout_s=abort_timeout_s,
-                lean=LeanChannel(target, max_message_bytes=MAX_MESSAGE_BYTES)
+                lean=LeanChannel(
+                    target, max_message_bytes=MAX_MESSAGE_BYTES, address_guard=address_guard
+                )
                 if lean_generate
                 else None,
+                idle=idle,
             )
             ok = True
             return client
@@ -197,6 +206,10 @@ class EngineClient:
         parse, feed = self._parse_response, norm.feed
         started = False
         ended = False  # the engine is done with the request: no Abort needed
+        # a streamed call is cut when the engine stays silent past the idle limit (a
+        # non-streamed one sends nothing until it is done: only its deadline applies)
+        idle = self._idle if req.stream else None
+        watch = idle.watch(call.expire_idle) if idle is not None else None
         try:
             while True:
                 try:
@@ -217,6 +230,8 @@ class EngineClient:
                     if failed:
                         yield list(failed)
                     return
+                if watch is not None:
+                    watch.progress += 1
                 batch: list[EngineEvent] = []
                 for m in messages:
                     event = feed(parse(m))
@@ -227,6 +242,8 @@ class EngineClient:
                     ended = norm.all_finished
                     yield batch
         finally:
+            if idle is not None and watch is not None:
+                idle.release(watch)
             if not call.done():
                 if ended:
                     call.detach()  # finished: the trailers are on their way

@@ -28,6 +28,7 @@ from typing import cast
 import structlog
 
 from smg.pipeline.backends import hpack
+from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc_errors import CallError, grpc_timeout, status_of
 from smg.pipeline.backends.h2_client import (
     END,
@@ -123,12 +124,17 @@ class LeanCall:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _deadline(self) -> None:
+    def _deadline(self, details: str = "deadline exceeded") -> None:
         self._timer = None
         if self._status is None:
             if self._conn is not None:
                 self._conn.cancel_stream(self._sid)
-            self._end("DEADLINE_EXCEEDED", "deadline exceeded")
+            self._end("DEADLINE_EXCEEDED", details)
+
+    def expire_idle(self) -> None:
+        """The engine sent nothing for too long (the idle sweeper says so): reset the stream and
+        end the call as DEADLINE_EXCEEDED."""
+        self._deadline("no message from the engine within the idle limit")
 
 
 class _Connection(asyncio.Protocol):
@@ -303,6 +309,7 @@ class LeanChannel:
         max_message_bytes: int = 256 * 1024 * 1024,
         stream_window_bytes: int = 256 * 1024,
         connection_window_bytes: int = 16 * 1024 * 1024,
+        address_guard: AddressGuard | None = None,
     ) -> None:
         host, _, port = target.rpartition(":")
         if not host or not port.isdigit():
@@ -318,6 +325,9 @@ class LeanChannel:
         # admitted whole) and, per RTT, stream: ~1 GB/s at 0.25 ms, far above a token stream
         self.stream_window_bytes = stream_window_bytes
         self.connection_window_bytes = connection_window_bytes  # throughput only: see above
+        # every connect goes to an address the worker address policy allows (default policy
+        # unless the gateway's own is given), resolved here, so DNS cannot move it elsewhere
+        self.address_guard = address_guard or AddressGuard()
         self._conns: list[_Connection] = []
         self._lock = asyncio.Lock()
         self._blocks: dict[str, bytes] = {}
@@ -367,9 +377,8 @@ class LeanChannel:
             loop = asyncio.get_running_loop()
             try:
                 async with asyncio.timeout(limit):
-                    _, protocol = await loop.create_connection(
-                        lambda: _Connection(self), self.host, self.port
-                    )
+                    sock = await self.address_guard.open_socket(self.host, self.port)
+                    _, protocol = await loop.create_connection(lambda: _Connection(self), sock=sock)
             except TimeoutError:
                 raise CallError(
                     "DEADLINE_EXCEEDED" if timeout_s is not None else "UNAVAILABLE",

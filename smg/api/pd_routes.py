@@ -24,7 +24,13 @@ from aiohttp import web
 
 from smg import errors
 from smg.actors.snapshots import WorkerSnapshot
-from smg.api.relay import ROUTED_WORKER_HEADER, SSE_HEADERS, UPSTREAM_FAILURES, sse_error
+from smg.api.relay import (
+    ROUTED_WORKER_HEADER,
+    SSE_HEADERS,
+    UPSTREAM_FAILURES,
+    is_event_stream,
+    sse_error,
+)
 from smg.clock import Clock
 from smg.pipeline import pd
 from smg.pipeline.backends.http import DROP_RESPONSE, HttpBackend, ResponseTooLarge, UpstreamError
@@ -150,7 +156,7 @@ class PdRoutes:
                 decode_headers = self.backend.forward_headers(headers, pair.decode, engine_id)
                 resp = await _open(self.backend, pd.DECODE, pair.decode, path, data, decode_headers)
                 try:
-                    if stream:
+                    if stream and is_event_stream(resp):
                         out = web.StreamResponse(status=resp.status, headers=SSE_HEADERS.copy())
                         _tag(out, pair, request_id)
                         decode_success = await self._stream(request, resp, out, pair.decode)

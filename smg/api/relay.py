@@ -58,6 +58,12 @@ def upstream_failure(
 UPSTREAM_FAILURES = (TimeoutError, aiohttp.ClientError, ResponseTooLarge)
 
 
+def is_event_stream(upstream: aiohttp.ClientResponse) -> bool:
+    """A streamed answer: 200 and SSE. Anything else (an error, or a worker that answers a
+    stream request with one JSON document) is read whole, under the size cap."""
+    return upstream.status == 200 and upstream.content_type == "text/event-stream"
+
+
 class HttpRelay:
     def __init__(self, runner: Runner, backend: HttpBackend) -> None:
         self.runner = runner
@@ -70,9 +76,9 @@ class HttpRelay:
         request_id: str,
         stream: bool,
     ) -> web.StreamResponse:
-        if stream and attempt.response.status == 200:
+        if stream and is_event_stream(attempt.response):
             return await self.stream(request, attempt, request_id)
-        return await self.whole(attempt, request_id)
+        return await self.whole(attempt, request_id)  # size-capped, whatever the client asked
 
     async def whole(
         self, attempt: Attempt[aiohttp.ClientResponse], request_id: str

@@ -318,8 +318,8 @@ class UpstreamConfig:
     )
     max_upstream_response_bytes: int = knob(
         33_554_432,
-        "Largest non-streamed answer read from a worker; a bigger one is cut (502 "
-        "upstream_response_too_large) and counts as the worker's failure.",
+        "Largest non-streamed HTTP answer read from a worker, and most bytes one gRPC Generate "
+        "call may send; past it the answer is cut (502) and counts as the worker's failure.",
     )
     upstream_idle_timeout_secs: float = knob(
         300.0,

@@ -113,6 +113,7 @@ class Gateway:
             rpc_timeout_s=cfg.health.health_check_timeout_secs,
             address_guard=self.url_guard,
             idle=self.idle,
+            max_response_bytes=cfg.upstream.max_upstream_response_bytes,
         )
         self.metrics = Metrics(
             lambda: self.registry_cell.value,

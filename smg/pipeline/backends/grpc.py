@@ -91,6 +91,7 @@ class EngineClient:
         abort_timeout_s: float = 1.0,
         lean: LeanChannel | None = None,
         idle: IdleSweeper | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
         if runtime not in SERVICE_NAMES:
             raise ValueError(f"unknown runtime {runtime!r}: expected 'vllm' or 'sglang'")
@@ -114,6 +115,7 @@ class EngineClient:
         self._closed = False
         self._lean = lean  # None: Generate on the grpc.aio data channel
         self._idle = idle  # the idle limit of streamed lean Generate calls (None: none)
+        self._max_response_bytes = max_response_bytes  # per lean Generate call (None: none)
         self._generate_path = f"/{SERVICE_NAMES[runtime]}/Generate"
         self._parse_response = self._pb.GenerateResponse.FromString
 
@@ -128,6 +130,7 @@ class EngineClient:
         lean_generate: bool = True,
         address_guard: AddressGuard | None = None,
         idle: IdleSweeper | None = None,
+        max_response_bytes: int | None = None,
     ) -> EngineClient:
         """Open the channels; when `runtime` is None, ask GetModelInfo of the SGLang service and
         then the vLLM one (the other answers UNIMPLEMENTED). With a runtime given nothing is sent:
@@ -152,6 +155,7 @@ class EngineClient:
                 if lean_generate
                 else None,
                 idle=idle,
+                max_response_bytes=max_response_bytes,
             )
             ok = True
             return client
@@ -210,6 +214,7 @@ class EngineClient:
         # non-streamed one sends nothing until it is done: only its deadline applies)
         idle = self._idle if req.stream else None
         watch = idle.watch(call.expire_idle) if idle is not None else None
+        left = self._max_response_bytes  # what the call may still send us (None: no cap)
         try:
             while True:
                 try:
@@ -232,6 +237,15 @@ class EngineClient:
                     return
                 if watch is not None:
                     watch.progress += 1
+                if left is not None:
+                    left -= sum(map(len, messages))
+                    if left < 0:  # a hostile engine's endless answer: cut it, as HTTP does
+                        failed = norm.fail(
+                            f"the engine's answer exceeded {self._max_response_bytes} bytes"
+                        )
+                        if failed:
+                            yield list(failed)
+                        return
                 batch: list[EngineEvent] = []
                 for m in messages:
                     event = feed(parse(m))

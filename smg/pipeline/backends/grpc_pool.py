@@ -35,7 +35,8 @@ def is_grpc_url(url: str) -> bool:
 class EnginePool:
     """The engine clients by URL. A URL is checked against the worker address policy before
     its first connect (its name resolved: every address must be allowed), and the lean data
-    path checks again at every connect; streamed Generate calls run under the idle limit."""
+        path checks again at every connect; streamed Generate calls run under the idle limit, and
+    every Generate call's answer under the size cap (`max_response_bytes` of messages)."""
 
     def __init__(
         self,
@@ -43,10 +44,12 @@ class EnginePool:
         rpc_timeout_s: float = 5.0,
         address_guard: AddressGuard | None = None,
         idle: IdleSweeper | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
         self.rpc_timeout_s = rpc_timeout_s
         self.address_guard = address_guard or AddressGuard()
         self.idle = idle
+        self.max_response_bytes = max_response_bytes
         self._clients: dict[str, EngineClient] = {}
         self._lock = asyncio.Lock()
 
@@ -72,6 +75,7 @@ class EnginePool:
                     rpc_timeout_s=self.rpc_timeout_s,
                     address_guard=self.address_guard,
                     idle=self.idle,
+                    max_response_bytes=self.max_response_bytes,
                 )
                 self._clients[url] = client
             return client

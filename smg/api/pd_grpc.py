@@ -151,9 +151,11 @@ class GrpcPd:
     ) -> web.StreamResponse:
         """Serve through a PD pair; a prefill that fails before the client got anything is
         left out and the request tried again on another pair, `prefill_retries` times at most
-        (each retry under a fresh request id, so the aborts of the old legs cannot hit it)."""
+        (each retry under a fresh request id, so the aborts of the old legs cannot hit it). One
+        deadline covers every attempt and leg (a leg gets what is left of it)."""
         failed: set[str] = set()
         req = engine_request
+        deadline = self.routes.clock.now() + self.timeout_s
         while True:
             candidates = tuple(
                 w for w in pipeline.runner.candidates(prepared.model) if w.url not in failed
@@ -161,7 +163,7 @@ class GrpcPd:
             may_retry = len(failed) < self.prefill_retries
             try:
                 return await self._attempt(
-                    pipeline, request, prepared, route, req, candidates, may_retry
+                    pipeline, request, prepared, route, req, candidates, may_retry, deadline
                 )
             except _RetryPrefill as retry:
                 failed.add(retry.url)
@@ -179,8 +181,11 @@ class GrpcPd:
         engine_request: EngineRequest,
         candidates: tuple[WorkerSnapshot, ...],
         may_retry: bool,
+        deadline: float,
     ) -> web.StreamResponse:
         r = self.routes
+        if r.clock.now() >= deadline:
+            raise errors.upstream_timeout(self.timeout_s)
         pair = pd.select_pair(
             candidates,
             route,
@@ -212,12 +217,14 @@ class GrpcPd:
                     room = r.rng.getrandbits(ROOM_BITS_GRPC)
                     port = await self._bootstrap_port(pair.prefill)
                     decode_req = sglang_legs(engine_request, pair.prefill, room, port)
-                    tg.create_task(self._prefill(pair.prefill, decode_req, need_kv=False))
+                    tg.create_task(self._prefill(pair.prefill, decode_req, False, deadline))
                 else:
-                    kv = await self._prefill(pair.prefill, vllm_prefill(engine_request), True)
+                    kv = await self._prefill(
+                        pair.prefill, vllm_prefill(engine_request), True, deadline
+                    )
                     assert kv is not None
                     decode_req = vllm_decode(engine_request, kv)
-                engine = await self._start(pd.DECODE, pair.decode, decode_req)
+                engine = await self._start(pd.DECODE, pair.decode, decode_req, deadline)
                 if engine_request.stream:
                     resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
                     await pipeline.stream(request, resp, engine, shaper, finish)
@@ -279,24 +286,27 @@ class GrpcPd:
         except UpstreamError as exc:
             raise LegFailed(role, exc.detail) from exc
 
-    async def _start(self, role: str, worker: WorkerSnapshot, req: EngineRequest) -> EngineStream:
+    async def _start(
+        self, role: str, worker: WorkerSnapshot, req: EngineRequest, deadline: float
+    ) -> EngineStream:
         try:
             client = self.engines.client(worker.url)
-            return await start_stream(client, req, self.timeout_s)
+            left = max(0.001, deadline - self.routes.clock.now())
+            return await start_stream(client, req, left)
         except UpstreamError as exc:
             raise LegFailed(role, exc.detail) from exc
         except errors.ApiError as exc:
             raise LegFailed(role, f"{worker.url}: {exc.message}") from exc
 
     async def _prefill(
-        self, worker: WorkerSnapshot, req: EngineRequest, need_kv: bool
+        self, worker: WorkerSnapshot, req: EngineRequest, need_kv: bool, deadline: float
     ) -> str | None:
         """Run the prefill leg to its end (its tokens are not the client's); with `need_kv`,
         return the KV-transfer params of its final message."""
         worker.counter.active += 1
         success: bool | None = None
         try:
-            engine = await self._start(pd.PREFILL, worker, req)
+            engine = await self._start(pd.PREFILL, worker, req, deadline)
             kv: str | None = None
             try:
                 async for ev in engine.events():

@@ -115,3 +115,20 @@ def test_a_worker_that_never_answers_gets_one_attempt_within_the_deadline(
         # five attempts of 3 s each, alternating between the two workers)
         assert len(a.data_requests()) + len(b.data_requests()) == 1
         assert elapsed < 9.0, elapsed
+
+
+def test_pd_grpc_prefill_retry_shares_the_deadline(launch: Launcher) -> None:
+    # two prefill engines too slow to finish within the request timeout: the first attempt
+    # spends the whole deadline, so the other prefill is never tried (before: a second full
+    # timeout on it)
+    slow = {"prefill_tokens_per_s": 1.0}
+    p1 = launch.start_engine("sim-model", "vllm", role="prefill", **slow)
+    p2 = launch.start_engine("sim-model", "vllm", role="prefill", **slow)
+    decode = launch.engine(runtime="vllm", role="decode")
+    p1, p2 = launch.wait_engine(p1), launch.wait_engine(p2)
+    gw = launch.gateway(prefill=[(p1, None), (p2, None)], decode=[decode], request_timeout_secs=3)
+    status, _, raw = bounded_request(
+        gw.port, "/v1/chat/completions", {"model": "sim-model", "messages": MESSAGES}
+    )
+    assert status in (502, 504), raw[:300]
+    assert p1.stats()["requests"] + p2.stats()["requests"] == 1

@@ -37,9 +37,15 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 log = structlog.get_logger("smg.pipeline")
 
 
-def engine_failure(shaper: OutputShaper) -> errors.ApiError:
-    """The client's error for an engine that failed mid-answer; what it said goes to the log."""
-    log.warning("engine_failed", engine_id=shaper.spec.response_id, error=shaper.error)
+def engine_failure(shaper: OutputShaper, request_id: str | None) -> errors.ApiError:
+    """The client's error for an engine that failed mid-answer; what it said goes to the log
+    (with the client's request id and the engine's)."""
+    log.warning(
+        "engine_failed",
+        request_id=request_id,
+        engine_id=shaper.spec.response_id,
+        error=shaper.error,
+    )
     return errors.engine_failed()
 
 
@@ -289,7 +295,7 @@ class PipelineRoutes:
                     break
             success = shaper.error is None
             if shaper.error is not None and not any(c.text for c in shaper.choices):
-                raise engine_failure(shaper)
+                raise engine_failure(shaper, headers.get("X-Request-Id"))
             return web.Response(
                 body=orjson.dumps(shaper.body()), content_type="application/json", headers=headers
             )
@@ -334,7 +340,8 @@ class PipelineRoutes:
                         await write(frames[0] if len(frames) == 1 else b"".join(frames))
                 success = shaper.error is None
                 if shaper.error is not None:
-                    last.append(b"data: " + engine_failure(shaper).to_json() + b"\n\n")
+                    err = engine_failure(shaper, resp.headers.get("X-Request-Id"))
+                    last.append(b"data: " + err.to_json() + b"\n\n")
                 last += shaper.closing_frames()
                 await resp.write_eof(b"".join(last))
             except ConnectionError:  # the client left: nothing more to send

@@ -85,6 +85,7 @@ class HttpRelay:
     ) -> web.Response:
         upstream = attempt.response
         success: bool | None = None  # stays None if the client leaves first
+        read = False
         try:
             try:
                 data = await self.backend.read_body(upstream)
@@ -93,16 +94,17 @@ class HttpRelay:
                 raise upstream_failure(
                     self.backend, exc, request_id, attempt.worker.worker_id
                 ) from None
+            read = True
             success = outcome_of(upstream.status)
             headers = {k: v for k, v in upstream.headers.items() if k.lower() not in DROP_RESPONSE}
             headers["X-Request-Id"] = request_id
             headers[ROUTED_WORKER_HEADER] = attempt.worker.worker_id
             return web.Response(body=data, status=upstream.status, headers=headers)
         finally:
-            if success is None or success is False:
-                upstream.close()  # the rest of the body is unread: drop the connection
-            else:
+            if read:
                 upstream.release()
+            else:
+                upstream.close()  # the rest of the body is unread: drop the connection
             self.runner.finish(attempt, success)
 
     async def stream(

@@ -787,12 +787,20 @@ async def test_a_silent_stream_is_cut_by_the_idle_sweeper(
     sweeper = IdleSweeper(1.0)
     client = await _connect(clients, url, runtime="vllm", idle=sweeper)
     events: list[EngineEvent] = []
-    async for event in client.generate(request("silent")):
-        events.append(event)
-        if len(events) == 1:  # the first token is in; the engine goes quiet
-            assert len(sweeper) == 1
-            for _ in range(TICKS + 1):  # the first tick notes the token, then a whole idle
-                sweeper.tick()  # limit without a message: the call is cut
+    first = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in client.generate(request("silent")):
+            events.append(event)
+            first.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(first.wait(), 5)
+    assert len(sweeper) == 1
+    await asyncio.sleep(0.05)  # the consumer is back waiting on the engine
+    for _ in range(TICKS + 1):  # the first tick notes the token, then a whole idle limit
+        sweeper.tick()  # without a message: the call is cut
+    await asyncio.wait_for(task, 5)
     assert isinstance(events[-1], Finished) and events[-1].finish_reason == "error"
     assert "idle" in (events[-1].error or "")
     assert len(sweeper) == 0  # released
@@ -829,3 +837,21 @@ async def test_an_answer_past_the_size_cap_is_cut(
     delivered = sum(len(e.token_ids) for e in events)
     assert delivered < 2000  # cut near the cap, not after the hundred chunks
     await asyncio.wait_for(engine.abort_seen.wait(), 5)
+
+
+async def test_a_consumer_busy_with_a_batch_does_not_make_the_engine_idle(
+    serve: Serve, clients: list[EngineClient]
+) -> None:
+    from smg.core.idle import TICKS, IdleSweeper
+
+    engine, url = await serve("vllm")
+    engine.script = streamed("vllm", [[1], [2]], finish="length")
+    sweeper = IdleSweeper(1.0)
+    client = await _connect(clients, url, runtime="vllm", idle=sweeper)
+    events: list[EngineEvent] = []
+    async for event in client.generate(request("slow-client")):
+        if not events:  # the consumer holds the first batch for many idle limits
+            for _ in range(10 * TICKS):
+                sweeper.tick()
+        events.append(event)
+    assert isinstance(events[-1], Finished) and events[-1].finish_reason == "length"

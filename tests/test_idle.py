@@ -77,3 +77,18 @@ def test_engine_body_keeps_the_bytes_when_nothing_changes() -> None:
         "model": "m",
         "rid": "gw-1",
     }
+
+
+def test_a_busy_reader_is_never_idle() -> None:
+    # the reader is blocked writing to a slow client: the worker is not to blame
+    sweeper = IdleSweeper(1.0)
+    cut: list[int] = []
+    w = sweeper.watch(lambda: cut.append(1))
+    w.busy = True
+    for _ in range(10 * TICKS):
+        sweeper.tick()
+    assert cut == [] and not w.expired
+    w.busy = False  # back to waiting on the worker: a whole idle limit of silence cuts
+    for _ in range(TICKS):
+        sweeper.tick()
+    assert cut == [1] and w.expired

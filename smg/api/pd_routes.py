@@ -263,7 +263,9 @@ class PdRoutes:
                 if not chunk:
                     break
                 watch.progress += 1
+                watch.busy = True  # a slow client is not an idle worker
                 await out.write(chunk)
+                watch.busy = False
             await out.write_eof()
         except ConnectionError:
             return None

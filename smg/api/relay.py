@@ -139,7 +139,9 @@ class HttpRelay:
                         success = True
                         break
                     watch.progress += 1
+                    watch.busy = True  # a slow client is not an idle worker
                     await write(chunk)
+                    watch.busy = False
                 await resp.write_eof()
             except ConnectionError:  # the client left; `finally` drops the upstream
                 pass

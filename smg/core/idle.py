@@ -6,6 +6,10 @@ A reader registers a `Watch` (with the callback that cuts its stream) and bumps
 it saw at the previous tick; a watch that made none for `TICKS` ticks in a row is cut. A stream
 silent for `idle_s` is therefore cut within `idle_s * (1 + 1/TICKS)`, and one that moved at all
 during the last `idle_s` is never cut. The reader releases its watch when it is done, cut or not.
+
+Only time spent waiting on the worker counts: while the reader is busy elsewhere (writing to a
+client that reads slowly, so the worker is held back by flow control) it sets `watch.busy`, and
+such ticks count as progress. A slow client is the client's business, never the worker's fault.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ TICKS = 4
 
 
 class Watch:
-    __slots__ = ("_cut", "_quiet", "_seen", "expired", "progress")
+    __slots__ = ("_cut", "_quiet", "_seen", "busy", "expired", "progress")
 
     def __init__(self, cut: Callable[[], None]) -> None:
         self.progress = 0  # bumped by the reader per chunk
+        self.busy = False  # the reader is not waiting on the worker (e.g. writing to its client)
         self.expired = False  # set when the sweeper cut the stream
         self._seen = 0
         self._quiet = 0
@@ -53,7 +58,7 @@ class IdleSweeper:
         """One sweep: returns how many streams it cut."""
         expired: list[Watch] = []
         for w in self._watches:
-            if w.progress != w._seen:
+            if w.busy or w.progress != w._seen:
                 w._seen = w.progress
                 w._quiet = 0
                 continue

@@ -254,7 +254,12 @@ class EngineClient:
                 if batch:
                     started = True
                     ended = norm.all_finished
-                    yield batch
+                    if watch is None:
+                        yield batch
+                    else:  # while the consumer has the batch, the engine is not the one idle
+                        watch.busy = True
+                        yield batch
+                        watch.busy = False
         finally:
             if idle is not None and watch is not None:
                 idle.release(watch)

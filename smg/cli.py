@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from smg.config import ConfigError, GatewayConfig, SimConfig, check_limits, replace_path
+from smg.config import ConfigError, GatewayConfig, SimConfig, replace_path
 
 COMMANDS = ("launch", "node", "sim", "dev")
 
@@ -251,11 +251,6 @@ def _main(argv: Sequence[str] | None) -> int:
         logs.configure(cfg.observability.log_level, cfg.observability.log_json)
         from smg.api.gateway import Gateway
 
-        try:
-            check_limits(cfg.limits)
-        except ConfigError as exc:
-            print(f"smg: {exc}", file=sys.stderr)
-            return 2
         run_until_signal(lambda stop: Gateway(cfg).run(stop))
         return 0
     if command == "sim":

@@ -55,11 +55,13 @@ class ServerConfig:
     api_key: str | None = knob(
         None,
         "Shared data-plane key: clients send `Authorization: Bearer KEY` to /v1/* and /generate. "
-        "It never opens the control plane (see --control-plane-api-keys). With no data-plane key "
-        "the data plane answers loopback clients only (see --allow-unauthenticated).",
+        "It never opens the control plane (see --control-plane-api-keys) and is never sent to "
+        "workers (see --worker-api-key). With no data-plane key the data plane answers loopback "
+        "clients only (see --allow-unauthenticated).",
     )
     request_timeout_secs: float = knob(
-        1800.0, "Deadline for one upstream attempt to answer (headers and body)."
+        1800.0,
+        "Deadline for the whole upstream part of a request, retries and streaming included.",
     )
     shutdown_grace_period_secs: float = knob(
         180.0, "On SIGTERM, how long in-flight requests may take to finish before exit."
@@ -436,6 +438,31 @@ class UpstreamConfig:
         None,
         "Bearer key the gateway sends to workers that have no api_key of their own "
         "(never the clients' keys).",
+    )
+    worker_url_allowlist: tuple[str, ...] = knob(
+        (),
+        "CIDRs workers may be in; set: every other address is refused (at registration and at "
+        "connect). Link-local and metadata addresses stay refused.",
+        nargs="*",
+    )
+    worker_url_denylist: tuple[str, ...] = knob(
+        (),
+        "CIDRs workers may never be in, on top of the defaults (link-local, cloud metadata, "
+        "0.0.0.0/8, multicast, broadcast, unspecified).",
+        nargs="*",
+    )
+    max_upstream_response_bytes: int = knob(
+        33_554_432,
+        "Largest non-streamed HTTP answer read from a worker, and most bytes one gRPC Generate "
+        "call may send; past it the answer is cut (502) and counts as the worker's failure.",
+    )
+    upstream_idle_timeout_secs: float = knob(
+        300.0,
+        "Longest silence of a worker's streamed answer (before the first token included); then "
+        "the stream is cut and counts as the worker's failure. 0: no idle limit.",
+    )
+    upstream_connect_timeout_secs: float = knob(
+        10.0, "Deadline to open a connection to a worker; a failed connect is retried elsewhere."
     )
 
 

@@ -115,12 +115,38 @@ def payload_too_large(limit: int) -> ApiError:
     )
 
 
-def upstream_unreachable(detail: str) -> ApiError:
-    return ApiError(502, "upstream_connection_error", f"Could not reach the worker: {detail}")
+# Errors built from a worker's or transport's failure say what happened, never where: no worker
+# URL, address or internal exception text reaches the client (those go to the log with the
+# request id).
+def upstream_unreachable() -> ApiError:
+    return ApiError(502, "upstream_connection_error", "Could not reach a worker for this request")
 
 
-def upstream_timeout(seconds: float) -> ApiError:
-    return ApiError(504, "upstream_timeout", f"The worker did not answer within {seconds:g} s")
+def upstream_timeout(seconds: float | None = None) -> ApiError:
+    within = f" within {seconds:g} s" if seconds else " in time"
+    return ApiError(504, "upstream_timeout", f"The worker did not answer{within}")
+
+
+def upstream_idle(seconds: float) -> ApiError:
+    return ApiError(
+        504, "upstream_timeout", f"The worker's answer stalled (no data for {seconds:g} s)"
+    )
+
+
+def upstream_broken() -> ApiError:
+    return ApiError(502, "upstream_stream_error", "The worker's response broke off")
+
+
+def upstream_too_large(limit: int) -> ApiError:
+    return ApiError(
+        502,
+        "upstream_response_too_large",
+        f"The worker's answer exceeded the gateway's limit ({limit} bytes)",
+    )
+
+
+def engine_failed() -> ApiError:
+    return ApiError(502, "engine_error", "The engine failed while answering this request")
 
 
 def missing_api_key() -> ApiError:

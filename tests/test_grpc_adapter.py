@@ -771,3 +771,87 @@ async def test_grpcio_fallback_classifies_errors(
     client = await _connect(clients, url, runtime="vllm", lean_generate=False)
     with pytest.raises(kind):
         await collect(client, request())
+
+
+# --- bounds on what an engine sends back (issue 10, finding 14) --------------------------------
+
+
+async def test_a_silent_stream_is_cut_by_the_idle_sweeper(
+    serve: Serve, clients: list[EngineClient]
+) -> None:
+    from smg.core.idle import TICKS, IdleSweeper
+
+    engine, url = await serve("vllm")
+    engine.script = [chunk("vllm", [1], 1)]
+    engine.hang = True  # then silence
+    sweeper = IdleSweeper(1.0)
+    client = await _connect(clients, url, runtime="vllm", idle=sweeper)
+    events: list[EngineEvent] = []
+    first = asyncio.Event()
+
+    async def consume() -> None:
+        async for event in client.generate(request("silent")):
+            events.append(event)
+            first.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(first.wait(), 5)
+    assert len(sweeper) == 1
+    await asyncio.sleep(0.05)  # the consumer is back waiting on the engine
+    for _ in range(TICKS + 1):  # the first tick notes the token, then a whole idle limit
+        sweeper.tick()  # without a message: the call is cut
+    await asyncio.wait_for(task, 5)
+    assert isinstance(events[-1], Finished) and events[-1].finish_reason == "error"
+    assert "idle" in (events[-1].error or "")
+    assert len(sweeper) == 0  # released
+    await asyncio.wait_for(engine.abort_seen.wait(), 5)
+    assert engine.aborted == ["silent"]
+
+
+async def test_a_non_streamed_call_is_not_under_the_idle_limit(
+    serve: Serve, clients: list[EngineClient]
+) -> None:
+    from smg.core.idle import IdleSweeper
+
+    engine, url = await serve("vllm")
+    engine.script = [complete("vllm", [1, 2], 2)]
+    sweeper = IdleSweeper(1.0)
+    client = await _connect(clients, url, runtime="vllm", idle=sweeper)
+    events = await collect(client, request("whole", stream=False))
+    assert [type(e) for e in events] == [Finished] and events[0].finish_reason == "stop"
+    assert len(sweeper) == 0
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_answer_past_the_size_cap_is_cut(
+    serve: Serve, clients: list[EngineClient], stream: bool
+) -> None:
+    engine, url = await serve("sglang")
+    engine.script = [chunk("sglang", [7] * 50, 50 * (i + 1)) for i in range(100)]
+    engine.hang = True  # an engine that would go on and on
+    client = await _connect(clients, url, runtime="sglang", max_response_bytes=2000)
+    events = await asyncio.wait_for(collect(client, request("big", stream=stream)), 10)
+    last = events[-1]
+    assert isinstance(last, Finished) and last.finish_reason == "error"
+    assert "exceeded 2000 bytes" in (last.error or "")
+    delivered = sum(len(e.token_ids) for e in events)
+    assert delivered < 2000  # cut near the cap, not after the hundred chunks
+    await asyncio.wait_for(engine.abort_seen.wait(), 5)
+
+
+async def test_a_consumer_busy_with_a_batch_does_not_make_the_engine_idle(
+    serve: Serve, clients: list[EngineClient]
+) -> None:
+    from smg.core.idle import TICKS, IdleSweeper
+
+    engine, url = await serve("vllm")
+    engine.script = streamed("vllm", [[1], [2]], finish="length")
+    sweeper = IdleSweeper(1.0)
+    client = await _connect(clients, url, runtime="vllm", idle=sweeper)
+    events: list[EngineEvent] = []
+    async for event in client.generate(request("slow-client")):
+        if not events:  # the consumer holds the first batch for many idle limits
+            for _ in range(10 * TICKS):
+                sweeper.tick()
+        events.append(event)
+    assert isinstance(events[-1], Finished) and events[-1].finish_reason == "length"

@@ -68,7 +68,7 @@ async def test_requests_probes_and_load_polls_over_mutual_tls(pki: Pki) -> None:
         async with resp:
             assert resp.status == 200
             assert (await resp.json())["usage"]["completion_tokens"] == 3
-        load = await make_fetch(EnginePool(), session, timeout_s=5.0)(worker)
+        load = await make_fetch(EnginePool(), backend, timeout_s=5.0)(worker)
         assert load.running == 0
 
 
@@ -88,4 +88,4 @@ async def test_tls_failures_are_connection_failures(pki: Pki, case: str) -> None
         probe = await HttpProber(backend, "/health", 5.0)(worker)
         assert not probe.ok and probe.detail
         with pytest.raises((aiohttp.ClientError, OSError)):
-            await make_fetch(EnginePool(), s, timeout_s=5.0)(worker)
+            await make_fetch(EnginePool(), backend, timeout_s=5.0)(worker)

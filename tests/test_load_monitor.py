@@ -183,22 +183,30 @@ def test_monitoring_gate() -> None:
 
 
 async def test_make_fetch_reads_get_load_then_falls_back_to_v1_loads() -> None:
-    """One loopback check of the real HTTP fetch (no engine: a two-route aiohttp app)."""
+    """One loopback check of the real HTTP fetch (no engine: a two-route aiohttp app). Polls
+    carry the worker's credential: its own api_key, else --worker-api-key."""
     import aiohttp
     from aiohttp import web
 
     from smg.actors.load_monitor import make_fetch
     from smg.pipeline.backends.grpc_pool import EnginePool
+    from smg.pipeline.backends.http import HttpBackend
+
+    seen: list[str | None] = []
 
     async def get_load(request: web.Request) -> web.Response:
-        assert request.headers.get("Authorization") is None
+        seen.append(request.headers.get("Authorization"))
         return web.json_response([{"num_reqs": 3, "num_waiting_reqs": 1, "num_tokens": 9}])
 
     async def v1_loads(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
         return web.json_response({"loads": [{"num_running_reqs": 5, "token_usage": 0.25}]})
 
     results = []
-    for routes in ([web.get("/get_load", get_load)], [web.get("/v1/loads", v1_loads)]):
+    for key, routes in (
+        (None, [web.get("/get_load", get_load)]),
+        ("own", [web.get("/v1/loads", v1_loads)]),
+    ):
         app = web.Application()
         app.add_routes(routes)
         runner = web.AppRunner(app)
@@ -208,13 +216,14 @@ async def test_make_fetch_reads_get_load_then_falls_back_to_v1_loads() -> None:
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         try:
             async with aiohttp.ClientSession() as session:
-                fetch = make_fetch(EnginePool(), session, timeout_s=2.0)
+                backend = HttpBackend(session, 5.0, worker_api_key="wk")
+                fetch = make_fetch(EnginePool(), backend, timeout_s=2.0)
                 w = initial_snapshot(
                     "x",
                     f"http://127.0.0.1:{port}",
                     model_id="m",
                     worker_type="regular",
-                    api_key=None,
+                    api_key=key,
                     breaker=CircuitBreaker(CircuitBreakerConfig()),
                 )
                 results.append(await fetch(w))
@@ -222,3 +231,4 @@ async def test_make_fetch_reads_get_load_then_falls_back_to_v1_loads() -> None:
             await runner.cleanup()
     assert (results[0].running, results[0].waiting) == (2, 1)
     assert (results[1].running, results[1].kv_usage) == (5, 0.25)
+    assert seen == ["Bearer wk", "Bearer own"]

@@ -18,7 +18,7 @@ from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
 from smg.errors import ApiError
 from smg.pipeline import pd
-from smg.pipeline.backends.http import UpstreamError
+from smg.pipeline.backends.http import HttpBackend, UpstreamError
 from smg.pipeline.policies import RoundRobinPolicy, RouteRequest
 
 ROUTE = RouteRequest(text=None, routing_key=None, model="m")
@@ -33,7 +33,7 @@ def w(
     breaker: BreakerState = BreakerState.CLOSED,
 ) -> WorkerSnapshot:
     return WorkerSnapshot(
-        worker_id=url,
+        worker_id=f"id-{url.rsplit(':', 1)[-1]}",
         url=url,
         model_id="m",
         worker_type=wtype,
@@ -223,6 +223,7 @@ class FakeResp:
         self.body = body
         self.headers = {"Content-Type": "application/json"}
         self.content = FakeContent([body], hang)
+        self.content_length: int | None = None
         self.closed = False
 
     async def read(self) -> bytes:
@@ -235,15 +236,20 @@ class FakeResp:
         self.closed = True
 
 
-class FakeBackend:
-    timeout_s = 5.0
+class FakeBackend(HttpBackend):
+    """The real backend's header and body handling; `open` answers from a script."""
 
     def __init__(self, script: dict[str, Any]) -> None:
+        super().__init__(None, 5.0, worker_api_key="wk")  # type: ignore[arg-type]
         self.script = script
         self.bodies: dict[str, dict[str, Any]] = {}
+        self.headers: dict[str, dict[str, str]] = {}
 
-    async def open(self, worker: WorkerSnapshot, path: str, body: bytes, headers: Any) -> Any:
+    async def open(  # type: ignore[override]
+        self, worker: WorkerSnapshot, path: str, body: bytes, headers: Any, timeout_s: Any = None
+    ) -> Any:
         self.bodies[worker.url] = orjson.loads(body)
+        self.headers[worker.url] = dict(headers)
         outcome = self.script[worker.url]
         if isinstance(outcome, UpstreamError):
             raise outcome
@@ -276,18 +282,20 @@ def _serve(script: dict[str, Any]) -> tuple[Any, FakeBackend, list[WorkerSnapsho
         rng=random.Random(3),
         metrics=NoMetrics(),
     )
-    request = make_mocked_request("POST", "/v1/completions", headers={"X-Test": "1"})
+    client_headers = {"X-Test": "1", "X-Request-Id": "r1", "Authorization": "Bearer client-key"}
+    request = make_mocked_request("POST", "/v1/completions", headers=client_headers)
 
     async def run() -> Any:
         return await asyncio.wait_for(
             routes.serve(
                 request,
                 path="/v1/completions",
-                body={"model": "m", "prompt": "hi"},
+                body={"model": "m", "prompt": "hi", "rid": "client-rid"},
                 candidates=tuple(workers),
                 route=ROUTE,
                 stream=False,
                 request_id="r1",
+                engine_id="cmpl-gw-1",
             ),
             5.0,
         )
@@ -301,9 +309,16 @@ def test_pd_routes_relays_decode_and_shares_the_room() -> None:
     )
     resp = asyncio.run(run())
     assert resp.status == 200 and resp.body == b'{"d":1}'
-    assert resp.headers["X-SMG-Routed-Worker-Id"] == "http://d:2"
+    # worker ids, not URLs (finding 8); the client's id echoed
+    assert resp.headers["X-SMG-Routed-Worker-Id"] == "id-2"
+    assert resp.headers["X-SMG-Prefill-Worker-Id"] == "id-1"
+    assert resp.headers["X-Request-Id"] == "r1"
     p, d = backend.bodies["http://p:1"], backend.bodies["http://d:2"]
     assert p == d and p["bootstrap_host"] == "p" and p["bootstrap_port"] == 8998
+    assert p["rid"] == "cmpl-gw-1"  # finding 9: the engine id is the gateway's
+    for sent in backend.headers.values():  # finding 6: the worker's credential, not the client's
+        assert sent["X-Request-Id"] == "cmpl-gw-1" and sent["Authorization"] == "Bearer wk"
+        assert "client-key" not in str(sent)
     assert all(x.counter.active == 0 and x.counter.processed == 1 for x in workers)
 
 
@@ -325,6 +340,7 @@ def test_pd_routes_a_failed_leg_cancels_the_other(script: dict[str, Any], code: 
     with pytest.raises(ApiError) as info:
         asyncio.run(run())
     assert info.value.status == 502 and info.value.code == f"pd_{code}_failed"
+    assert "http://" not in info.value.message and "refused" not in info.value.message
     assert all(x.counter.active == 0 for x in workers)
 
 

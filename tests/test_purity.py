@@ -18,6 +18,7 @@ PURE = [
     ROOT / "pipeline" / "stop.py",
     ROOT / "pipeline" / "token_cache.py",
     ROOT / "pipeline" / "pd.py",
+    ROOT / "pipeline" / "engine_ids.py",
     ROOT / "pipeline" / "backends" / "grpc_contract.py",
     ROOT / "pipeline" / "backends" / "grpc_requests.py",
     ROOT / "pipeline" / "backends" / "grpc_replies.py",

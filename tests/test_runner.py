@@ -36,11 +36,18 @@ class ScriptedBackend:
     def __init__(self, script: dict[str, list[Any]]) -> None:
         self.script = script
         self.calls: list[str] = []
+        self.budgets: list[float | None] = []
 
     async def open(
-        self, worker: WorkerSnapshot, path: str, body: bytes, headers: Mapping[str, str]
+        self,
+        worker: WorkerSnapshot,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float | None = None,
     ) -> Any:
         self.calls.append(worker.url)
+        self.budgets.append(timeout_s)
         outcome = self.script[worker.url].pop(0)
         if isinstance(outcome, str):
             raise UpstreamError(outcome, "scripted", self.timeout_s)
@@ -51,14 +58,19 @@ BACKENDS: dict[Runner, ScriptedBackend] = {}
 
 
 class RecordingClock:
+    """Time moves only when the runner sleeps (and by `per_call` at each `now()` read after a
+    sleep, to stand in for the attempts' own duration)."""
+
     def __init__(self) -> None:
         self.slept: list[float] = []
+        self.t = 100.0
 
     def now(self) -> float:
-        return 100.0
+        return self.t
 
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
+        self.t += seconds
 
     def call_later(self, delay: float, callback: Any) -> Any:
         raise AssertionError("not used")
@@ -104,7 +116,11 @@ def worker(url: str, log: Outcomes, *, health: HealthStatus = HealthStatus.READY
 
 
 def make_runner(
-    workers: list[WorkerSnapshot], script: dict[str, list[Any]], retries: int = 3
+    workers: list[WorkerSnapshot],
+    script: dict[str, list[Any]],
+    retries: int = 3,
+    timeout_s: float = 1800.0,
+    backoff_ms: int = 50,
 ) -> tuple[Runner, ScriptedBackend, RecordingClock, NullMetrics]:
     backend = ScriptedBackend(script)
     clock = RecordingClock()
@@ -112,10 +128,13 @@ def make_runner(
     runner = Runner(
         registry=SnapshotCell(RegistrySnapshot.build(tuple(workers))),
         policy=RoundRobinPolicy(),
-        retry=RetryPolicy.from_config(RetryConfig(retry_max_retries=retries)),
+        retry=RetryPolicy.from_config(
+            RetryConfig(retry_max_retries=retries, retry_initial_backoff_ms=backoff_ms)
+        ),
         clock=clock,
         rng=random.Random(1),
         metrics=metrics,
+        request_timeout_s=timeout_s,
     )
     BACKENDS[runner] = backend
     return runner, backend, clock, metrics
@@ -123,7 +142,9 @@ def make_runner(
 
 async def open_once(runner: Runner, model: str = "m") -> Any:
     return await runner.open(
-        model=model, route=RouteRequest(), send=lambda w: BACKENDS[runner].open(w, "/x", b"", {})
+        model=model,
+        route=RouteRequest(),
+        send=lambda w, left: BACKENDS[runner].open(w, "/x", b"", {}, left),
     )
 
 
@@ -194,6 +215,68 @@ async def test_all_connect_failures_give_502_and_timeouts_504() -> None:
     with pytest.raises(ApiError) as err:
         await open_once(runner)
     assert err.value.status == 504 and err.value.code == "upstream_timeout"
+
+
+async def test_client_facing_errors_name_no_worker() -> None:
+    # finding 8: the worker's URL (and the transport's own words) stay in the log
+    log = Outcomes()
+    a = worker("http://10.9.8.7:8000", log)
+    for kind in ("connect", "timeout"):
+        runner, _, _, _ = make_runner([a], {a.url: [kind]}, retries=1)
+        with pytest.raises(ApiError) as err:
+            await open_once(runner)
+        text = err.value.to_json().decode()
+        assert "10.9.8.7" not in text and "8000" not in text and "scripted" not in text, text
+
+
+async def test_a_timeout_is_never_retried() -> None:
+    # finding 14: the deadline covers the whole request; a timed-out attempt spent it
+    log = Outcomes()
+    a, b = worker("http://a", log), worker("http://b", log)
+    runner, backend, clock, _ = make_runner(
+        [a, b], {"http://a": ["timeout"], "http://b": [200]}, retries=5
+    )
+    with pytest.raises(ApiError) as err:
+        await open_once(runner)
+    assert err.value.code == "upstream_timeout"
+    assert backend.calls == ["http://a"] and clock.slept == []
+    assert log.told == [("http://a", False)]
+
+
+async def test_retries_share_one_deadline() -> None:
+    # each retry gets what is left of the request's budget, after the backoffs
+    log = Outcomes()
+    a = worker("http://a", log)
+    runner, backend, clock, _ = make_runner(
+        [a], {"http://a": ["connect", 503, 200]}, retries=3, timeout_s=10.0, backoff_ms=1000
+    )
+    attempt = await open_once(runner)
+    assert attempt.response.status == 200 and len(clock.slept) == 2
+    first, second, third = backend.budgets
+    assert first == 10.0
+    assert second == pytest.approx(10.0 - clock.slept[0])
+    assert third == pytest.approx(10.0 - sum(clock.slept))
+    assert third is not None and second is not None and third < second < first
+
+
+async def test_a_backoff_past_the_deadline_is_not_taken() -> None:
+    log = Outcomes()
+    a, b = worker("http://a", log), worker("http://b", log)
+    # connect failures: the 5 s backoff would outlast the 2 s budget -> stop, 502 at once
+    runner, backend, clock, _ = make_runner(
+        [a, b], {"http://a": ["connect"], "http://b": [200]}, timeout_s=2.0, backoff_ms=5000
+    )
+    with pytest.raises(ApiError) as err:
+        await open_once(runner)
+    assert err.value.code == "upstream_connection_error"
+    assert backend.calls == ["http://a"] and clock.slept == []
+    # a retryable status with no time left to retry is relayed as the answer
+    runner, backend, clock, _ = make_runner(
+        [a, b], {"http://a": [503], "http://b": [200]}, timeout_s=2.0, backoff_ms=5000
+    )
+    attempt = await open_once(runner)
+    assert attempt.response.status == 503 and backend.calls == ["http://a"]
+    runner.finish(attempt, False)
 
 
 async def test_unknown_model_404_and_no_routable_worker_503() -> None:

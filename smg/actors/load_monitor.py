@@ -21,13 +21,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import aiohttp
 import structlog
 
 from smg.actors.runtime import Actor
 from smg.actors.snapshots import SnapshotCell, WorkerSnapshot
 from smg.config import RoutingConfig
 from smg.pipeline.backends.grpc_pool import EnginePool, is_grpc_url
+from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.loads import LoadBoard, WorkerLoad
 
 log = structlog.get_logger("smg.load_monitor")
@@ -167,24 +167,21 @@ def _stamped(load: WorkerLoad, now: float, pushed: bool) -> WorkerLoad:
 
 
 # --- the real fetch -----------------------------------------------------------------------------
-def make_fetch(
-    engines: EnginePool, session: aiohttp.ClientSession, *, timeout_s: float = 5.0
-) -> LoadFetch:
+def make_fetch(engines: EnginePool, backend: HttpBackend, *, timeout_s: float = 5.0) -> LoadFetch:
     """Fetch a worker's load: `GetLoads` for gRPC workers (already connected in `engines`),
-    `GET /get_load` for HTTP ones, falling back to `/v1/loads` when that is missing."""
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    `GET /get_load` for HTTP ones, falling back to `/v1/loads` when that is missing. HTTP polls
+    carry the worker's own credential (`HttpBackend.get_json`), as its requests do."""
 
     async def fetch(worker: WorkerSnapshot) -> WorkerLoad:
         if is_grpc_url(worker.url):
             return WorkerLoad.from_engine(await engines.client(worker.url).loads())
-        headers = {"Authorization": f"Bearer {worker.api_key}"} if worker.api_key else None
-        base = worker.url.rstrip("/")
         for path in ("/get_load", "/v1/loads"):
-            async with session.get(base + path, headers=headers, timeout=timeout) as resp:
-                if resp.status == 404 and path == "/get_load":
-                    continue
-                resp.raise_for_status()
-                return WorkerLoad.from_http(await resp.json(content_type=None))
+            status, data = await backend.get_json(worker, path, timeout_s)
+            if status == 404 and path == "/get_load":
+                continue
+            if status != 200:
+                raise RuntimeError(f"{path} answered {status}")
+            return WorkerLoad.from_http(data)
         raise RuntimeError(f"{worker.url}: no load endpoint")
 
     return fetch

@@ -1,6 +1,10 @@
 """Control plane: health probes, /workers, /get_loads, /v1/models — in the Rust gateway's shapes.
 
 Errors on /workers use that gateway's flat shape `{"error": "...", "code": "WORKER_NOT_FOUND"}`.
+A worker URL the address policy refuses (link-local, metadata, outside the allowlist, ... see
+`smg.core.worker_urls`) is 400 `INVALID_WORKER_URL`. A worker's `api_key` is its own credential;
+without one the gateway sends `--worker-api-key` (resolved when a request is sent, so it never
+sits in the worker's record), never the clients' key.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from smg.actors.runtime import ActorRef
 from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.api import requests as rq
 from smg.core.health import HealthStatus
+from smg.core.worker_urls import DeniedWorkerUrl, InvalidWorkerUrl
+from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.pd import readiness_gap
 
-_SCHEMES = ("http://", "https://", "grpc://", "grpcs://")
 _ADMIN_ASK_TIMEOUT_S = 10.0
 
 
@@ -64,7 +69,7 @@ class AdminRoutes:
         registry: Callable[[], ActorRef],
         is_draining: Callable[[], bool],
         max_payload: int,
-        default_api_key: str | None,
+        url_guard: AddressGuard,
         pd_mode: bool = False,
         on_added: Callable[[AddWorker, WorkerSnapshot], None] | None = None,
         on_removed: Callable[[WorkerSnapshot], None] | None = None,
@@ -75,7 +80,7 @@ class AdminRoutes:
         self.registry = registry
         self.is_draining = is_draining
         self.max_payload = max_payload
-        self.default_api_key = default_api_key
+        self.url_guard = url_guard
         self.pd_mode = pd_mode
         self.started = int(time.time())
 
@@ -170,12 +175,13 @@ class AdminRoutes:
             return _flat_error(400, "BAD_REQUEST", "Invalid JSON data: missing field `url`")
         if not isinstance(url, str):
             return _flat_error(400, "BAD_REQUEST", "Invalid JSON data: `url` must be a string")
-        if not url.startswith(_SCHEMES):
+        try:
+            await self.url_guard.check(url)
+        except DeniedWorkerUrl as exc:
+            return _flat_error(400, "INVALID_WORKER_URL", f"Invalid worker URL {url!r}: {exc}")
+        except InvalidWorkerUrl as exc:
             return _flat_error(
-                400,
-                "BAD_REQUEST",
-                f"Invalid value for field 'worker_url': {url} - URL must start with http://, "
-                "https://, grpc:// or grpcs://",
+                400, "BAD_REQUEST", f"Invalid value for field 'worker_url': {url} - {exc}"
             )
         worker_type = body.get("worker_type", "regular")
         if worker_type not in ("regular", "prefill", "decode"):
@@ -187,13 +193,17 @@ class AdminRoutes:
             return _flat_error(
                 400, "BAD_REQUEST", "Invalid JSON data: `bootstrap_port` must be a port or null"
             )
-        api_key = body.get("api_key", self.default_api_key)
+        api_key = body.get("api_key")
+        if api_key is not None and (not isinstance(api_key, str) or not api_key):
+            return _flat_error(
+                400, "BAD_REQUEST", "Invalid JSON data: `api_key` must be a non-empty string"
+            )
         labels = body.get("labels") or {}
         if not isinstance(labels, dict):
             return _flat_error(400, "BAD_REQUEST", "Invalid JSON data: `labels` must be an object")
         msg = AddWorker(
             url=url,
-            api_key=api_key if isinstance(api_key, str) else None,
+            api_key=api_key,
             worker_type=worker_type,
             model_id=body.get("model_id") if isinstance(body.get("model_id"), str) else None,
             priority=int(body.get("priority", 50)),

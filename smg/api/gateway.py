@@ -20,10 +20,10 @@ from aiohttp import web
 
 from smg import errors
 from smg.actors.cache_index import CacheIndexActor, CacheTreeCollector, ForgetWorker
+from smg.actors.idle_sweeper import IdleSweeperActor
 from smg.actors.kv_events import KvEventsActor, KvEventsConfig, Unwatch, Watch
 from smg.actors.load_monitor import ForgetWorker as ForgetLoad
 from smg.actors.load_monitor import LoadMonitorActor, LoadReport, make_fetch, monitoring_enabled
-from smg.actors.messages import AddWorker
 from smg.actors.registry import RegistryActor
 from smg.actors.request import InFlight
 from smg.actors.runtime import ActorRef
@@ -43,6 +43,13 @@ from smg.api.pd_grpc import GrpcPd
 from smg.api.pd_routes import PdRoutes
 from smg.api.pipeline_routes import PipelineRoutes
 from smg.api.relay import HttpRelay
+from smg.api.upstream import (
+    address_guard,
+    check_startup_names,
+    http_backend,
+    idle_sweeper,
+    startup_workers,
+)
 from smg.clock import Clock, LoopClock
 from smg.config import (
     GatewayConfig,
@@ -53,7 +60,6 @@ from smg.config import (
 from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
 from smg.metrics import Metrics
-from smg.pipeline import pd
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber, is_grpc_url
 from smg.pipeline.backends.http import HttpBackend, HttpProber
@@ -84,7 +90,10 @@ class Gateway:
         rng: random.Random | None = None,
     ) -> None:
         self.cfg = cfg
-        startup_workers(cfg)  # a malformed --prefill entry fails here, before anything starts
+        # a malformed --prefill entry or a worker URL the address policy refuses fails here,
+        # before anything starts (host names are resolved and checked at the start of `run`)
+        self.url_guard = address_guard(cfg)
+        self.idle = idle_sweeper(cfg)
         self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
         check_limits(cfg.limits)
         self.clock: Clock = clock or LoopClock()
@@ -120,7 +129,11 @@ class Gateway:
         self._tokenizer_registry: ActorRef | None = None
         self.tokenizers: SnapshotCell[dict[str, Tokenizer]] = SnapshotCell({})
         self.engines = EnginePool(
-            rpc_timeout_s=cfg.health.health_check_timeout_secs, tls=self.tls.workers
+            rpc_timeout_s=cfg.health.health_check_timeout_secs,
+            tls=self.tls.workers,
+            address_guard=self.url_guard,
+            idle=self.idle,
+            max_response_bytes=cfg.upstream.max_upstream_response_bytes,
         )
         self.metrics = Metrics(
             lambda: self.registry_cell.value,
@@ -200,7 +213,7 @@ class Gateway:
             registry=self.registry,
             is_draining=lambda: self.draining,
             max_payload=srv.max_payload_size,
-            default_api_key=srv.api_key,
+            url_guard=self.url_guard,
             pd_mode=self.cfg.pd.pd_disaggregation,
             on_added=self.mesh.announce_add,
             on_removed=self.mesh.announce_remove,
@@ -240,15 +253,20 @@ class Gateway:
     # --- lifespan --------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.cfg
+        await check_startup_names(cfg, self.url_guard)
         connector = aiohttp.TCPConnector(
-            limit=0, ttl_dns_cache=300, force_close=False, ssl=self.tls.workers.http
+            limit=0,
+            ttl_dns_cache=300,
+            force_close=False,
+            ssl=self.tls.workers.http,
+            socket_factory=self.url_guard.socket_factory,  # every connect: the address policy
         )
         async with aiohttp.ClientSession(
             connector=connector,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
             auto_decompress=False,
         ) as session:
-            backend = HttpBackend(session, cfg.server.request_timeout_secs)
+            backend = http_backend(session, cfg, self.idle)
             prober = DispatchProber(
                 HttpProber(
                     backend, cfg.health.health_check_endpoint, cfg.health.health_check_timeout_secs
@@ -264,6 +282,7 @@ class Gateway:
                 clock=self.clock,
                 rng=self.rng,
                 metrics=self.metrics,
+                request_timeout_s=cfg.server.request_timeout_secs,
             )
             async with (
                 Supervisor("workers", strategy=Strategy.ONE_FOR_ONE, clock=self.clock) as wsup,
@@ -304,7 +323,7 @@ class Gateway:
                                 workers=lambda: self.registry_cell.value.workers,
                                 fetch=make_fetch(
                                     self.engines,
-                                    session,
+                                    backend,
                                     timeout_s=cfg.health.health_check_timeout_secs,
                                 ),
                                 interval_s=cfg.routing.load_monitor_interval,
@@ -319,6 +338,11 @@ class Gateway:
                                 KvEventsConfig(), indexes=self.kv_indexes, on_load=self._on_kv_load
                             ),
                         )
+                    )
+                if self.idle is not None:
+                    idle = self.idle
+                    await core.start_child(
+                        ChildSpec("idle_sweeper", lambda: IdleSweeperActor(idle))
                     )
                 await self.mesh.start(core, self._registry, self.registry_cell)
                 for msg in startup_workers(cfg):
@@ -439,15 +463,3 @@ class Gateway:
     def _on_kv_load(self, worker_id: str, load: Any) -> None:
         if self._load_monitor is not None and self._load_monitor.alive:
             self._load_monitor.tell(LoadReport(worker_id, WorkerLoad.from_engine_load(load)))
-
-
-def startup_workers(cfg: GatewayConfig) -> list[AddWorker]:
-    """The workers named on the command line; in PD mode also the prefill and decode ones."""
-    key = cfg.server.api_key
-    out = [AddWorker(url, api_key=key) for url in cfg.workers.worker_urls]
-    if cfg.pd.pd_disaggregation:
-        for entry in cfg.pd.prefill:
-            url, port = pd.parse_prefill(entry)
-            out.append(AddWorker(url, api_key=key, worker_type=pd.PREFILL, bootstrap_port=port))
-        out += [AddWorker(url, api_key=key, worker_type=pd.DECODE) for url in cfg.pd.decode]
-    return out

@@ -20,7 +20,9 @@ from smg.api import requests as rq
 from smg.api.admission import Admission
 from smg.api.openai_routes import OpenAIRoutes
 from smg.api.pipeline_routes import SSE_HEADERS, PipelineRoutes, Prepared
+from smg.api.relay import ROUTED_WORKER_HEADER
 from smg.pipeline.backends.grpc_pool import EngineStream
+from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.engine_types import Finished, TokenDelta
 from smg.pipeline.output import ChoiceState, OutputSpec
 from smg.pipeline.parsers import REASONING_PARSERS, TOOL_PARSERS, reasoning_parser, tool_parser
@@ -164,6 +166,7 @@ class NativeRoutes:
         if not self.pipeline.serves(model):
             return await self.openai.relay_native(request, "/generate", raw, body, model)
         request_id: str = request["request_id"]
+        engine_id = rq.engine_request_id(request, "req-")
         params = body.get("sampling_params") or {}
         if not isinstance(params, dict):
             raise errors.invalid_type(
@@ -185,7 +188,7 @@ class NativeRoutes:
         else:
             raise errors.missing_field("text")
         spec = OutputSpec(
-            response_id=request_id,
+            response_id=engine_id,
             model=model,
             created=int(time.time()),
             chat=False,
@@ -199,7 +202,11 @@ class NativeRoutes:
         try:
             with self.inflight.track(request_id):
                 attempt = await self.pipeline.open(
-                    request, prepared, raw=raw, path="/generate", stream=stream
+                    request,
+                    prepared,
+                    raw=engine_body(raw, body, engine_id),
+                    path="/generate",
+                    stream=stream,
                 )
                 if isinstance(attempt.response, aiohttp.ClientResponse):
                     return await self.pipeline.relay.answer(request, attempt, request_id, stream)
@@ -219,12 +226,19 @@ class NativeRoutes:
         choices = [ChoiceState(i, decode, spec) for i in range(spec.n)]
         started = time.monotonic()
         resp: web.StreamResponse | None = None
-        if stream:
-            resp = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": spec.response_id})
-            await resp.prepare(request)
         success: bool | None = None  # stays None if the client leaves first
         counts = {"prompt_tokens": 0, "cached_tokens": 0}
+        failed = False  # the engine ended a choice with an error
         try:
+            if stream:
+                resp = web.StreamResponse(
+                    headers={
+                        **SSE_HEADERS,
+                        "X-Request-Id": request["request_id"],
+                        ROUTED_WORKER_HEADER: attempt.worker.worker_id,
+                    }
+                )
+                await resp.prepare(request)
             async for ev in attempt.response.events():
                 state = choices[ev.index] if 0 <= ev.index < len(choices) else None
                 if state is None or state.done:
@@ -236,19 +250,22 @@ class NativeRoutes:
                 if isinstance(ev, TokenDelta):
                     state.text.append(state.feed(ev.token_ids))
                 elif isinstance(ev, Finished):
+                    failed = failed or ev.error is not None
                     state.text.append(state.finish(ev))
                 if resp is not None and (len(state.detok.ids) > ids_before or state.done):
                     item = self._item(state, spec.response_id, counts, started)
                     await resp.write(b"data: " + orjson.dumps(item) + b"\n\n")
                 if all(c.done for c in choices):
                     break
-            success = True
+            success = not failed
             if resp is not None:
                 await resp.write(b"data: [DONE]\n\n")
                 await resp.write_eof()
                 return resp
             items = [self._item(c, spec.response_id, counts, started) for c in choices]
-            return _json(items[0] if len(items) == 1 else items)
+            out = _json(items[0] if len(items) == 1 else items)
+            out.headers[ROUTED_WORKER_HEADER] = attempt.worker.worker_id
+            return out
         finally:
             await attempt.response.aclose()
             self.pipeline.runner.finish(attempt, success)

@@ -33,8 +33,8 @@ from google.protobuf import json_format
 
 from smg import errors
 from smg.actors.snapshots import WorkerSnapshot
-from smg.api.pd_routes import LegFailed, PdRoutes, leg_done
-from smg.api.relay import sse_error
+from smg.api.pd_routes import LegFailed, PdRoutes, fail_client, leg_done
+from smg.api.relay import ROUTED_WORKER_HEADER
 from smg.pipeline import pd
 from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.grpc_contract import SGLANG
@@ -151,9 +151,11 @@ class GrpcPd:
     ) -> web.StreamResponse:
         """Serve through a PD pair; a prefill that fails before the client got anything is
         left out and the request tried again on another pair, `prefill_retries` times at most
-        (each retry under a fresh request id, so the aborts of the old legs cannot hit it)."""
+        (each retry under a fresh request id, so the aborts of the old legs cannot hit it). One
+        deadline covers every attempt and leg (a leg gets what is left of it)."""
         failed: set[str] = set()
         req = engine_request
+        deadline = self.routes.clock.now() + self.timeout_s
         while True:
             candidates = tuple(
                 w for w in pipeline.runner.candidates(prepared.model) if w.url not in failed
@@ -161,7 +163,7 @@ class GrpcPd:
             may_retry = len(failed) < self.prefill_retries
             try:
                 return await self._attempt(
-                    pipeline, request, prepared, route, req, candidates, may_retry
+                    pipeline, request, prepared, route, req, candidates, may_retry, deadline
                 )
             except _RetryPrefill as retry:
                 failed.add(retry.url)
@@ -179,8 +181,11 @@ class GrpcPd:
         engine_request: EngineRequest,
         candidates: tuple[WorkerSnapshot, ...],
         may_retry: bool,
+        deadline: float,
     ) -> web.StreamResponse:
         r = self.routes
+        if r.clock.now() >= deadline:
+            raise errors.upstream_timeout(self.timeout_s)
         pair = pd.select_pair(
             candidates,
             route,
@@ -188,13 +193,12 @@ class GrpcPd:
             decode_policy=r.decode_policy,
             now=r.clock.now(),
         )
-        request_id = engine_request.request_id
         for w in (pair.prefill, pair.decode):
             r.metrics.selected(w, prepared.model)
         headers = {
-            "X-Request-Id": request_id,
-            "X-SMG-Routed-Worker-Id": pair.decode.url,
-            "X-SMG-Prefill-Worker-Id": pair.prefill.url,
+            "X-Request-Id": request["request_id"],  # the client's, echoed
+            ROUTED_WORKER_HEADER: pair.decode.worker_id,
+            "X-SMG-Prefill-Worker-Id": pair.prefill.worker_id,
         }
         shaper = OutputShaper(prepared.spec, prepared.tokenizer.decode_sync)
         resp: web.StreamResponse | None = None
@@ -213,12 +217,14 @@ class GrpcPd:
                     room = r.rng.getrandbits(ROOM_BITS_GRPC)
                     port = await self._bootstrap_port(pair.prefill)
                     decode_req = sglang_legs(engine_request, pair.prefill, room, port)
-                    tg.create_task(self._prefill(pair.prefill, decode_req, need_kv=False))
+                    tg.create_task(self._prefill(pair.prefill, decode_req, False, deadline))
                 else:
-                    kv = await self._prefill(pair.prefill, vllm_prefill(engine_request), True)
+                    kv = await self._prefill(
+                        pair.prefill, vllm_prefill(engine_request), True, deadline
+                    )
                     assert kv is not None
                     decode_req = vllm_decode(engine_request, kv)
-                engine = await self._start(pd.DECODE, pair.decode, decode_req)
+                engine = await self._start(pd.DECODE, pair.decode, decode_req, deadline)
                 if engine_request.stream:
                     resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
                     await pipeline.stream(request, resp, engine, shaper, finish)
@@ -227,7 +233,7 @@ class GrpcPd:
                     try:
                         out = await pipeline.whole(engine, shaper, headers, finish)
                     except errors.ApiError as exc:
-                        raise LegFailed(pd.DECODE, exc.message) from exc
+                        raise LegFailed(pd.DECODE, f"{pair.decode.url}: {shaper.error}") from exc
         except* LegFailed as group:
             failure = next(e for e in group.exceptions if isinstance(e, LegFailed))
             if failure.role == pd.DECODE:
@@ -237,7 +243,14 @@ class GrpcPd:
         if failure is None:
             assert out is not None
             return out
-        log.warning("pd_leg_failed", role=failure.role, detail=failure.detail, grpc=True)
+        log.warning(
+            "pd_leg_failed",
+            role=failure.role,
+            detail=failure.detail,
+            grpc=True,
+            request_id=request["request_id"],
+            engine_id=engine_request.request_id,
+        )
         if (
             may_retry
             and failure.role == pd.PREFILL
@@ -245,16 +258,7 @@ class GrpcPd:
             and _another_prefill(candidates, pair.prefill.url, r.clock.now())
         ):
             raise _RetryPrefill(pair.prefill.url)
-        err = failure.api_error()
-        if resp is not None and resp.prepared:  # the client's stream has started
-            if not outcome[0]:
-                try:
-                    await resp.write(sse_error(err))
-                    await resp.write_eof()
-                except ConnectionResetError:
-                    pass
-            return resp
-        raise err
+        return await fail_client(resp, failure.api_error(), ended=bool(outcome[0]))
 
     async def _bootstrap_port(self, prefill: WorkerSnapshot) -> int:
         """The prefill's KV bootstrap port: configured, cached, or asked of the engine."""
@@ -270,11 +274,8 @@ class GrpcPd:
             raise LegFailed(pd.PREFILL, f"{prefill.url}: GetServerInfo failed: {exc}") from exc
         port = pd.bootstrap_port_from(args)
         if port is None:
-            raise LegFailed(
-                pd.PREFILL,
-                f"{prefill.url} reports no disaggregation_bootstrap_port: give one with "
-                "--prefill URL PORT",
-            )
+            hint = "it reports no disaggregation_bootstrap_port: give one with --prefill URL PORT"
+            raise LegFailed(pd.PREFILL, f"{prefill.url}: {hint}", public=hint)
         log.info("pd_bootstrap_port_discovered", url=prefill.url, port=port)
         self._bootstrap_ports[prefill.url] = port
         return port
@@ -285,24 +286,27 @@ class GrpcPd:
         except UpstreamError as exc:
             raise LegFailed(role, exc.detail) from exc
 
-    async def _start(self, role: str, worker: WorkerSnapshot, req: EngineRequest) -> EngineStream:
+    async def _start(
+        self, role: str, worker: WorkerSnapshot, req: EngineRequest, deadline: float
+    ) -> EngineStream:
         try:
             client = self.engines.client(worker.url)
-            return await start_stream(client, req, self.timeout_s)
+            left = max(0.001, deadline - self.routes.clock.now())
+            return await start_stream(client, req, left)
         except UpstreamError as exc:
             raise LegFailed(role, exc.detail) from exc
         except errors.ApiError as exc:
             raise LegFailed(role, f"{worker.url}: {exc.message}") from exc
 
     async def _prefill(
-        self, worker: WorkerSnapshot, req: EngineRequest, need_kv: bool
+        self, worker: WorkerSnapshot, req: EngineRequest, need_kv: bool, deadline: float
     ) -> str | None:
         """Run the prefill leg to its end (its tokens are not the client's); with `need_kv`,
         return the KV-transfer params of its final message."""
         worker.counter.active += 1
         success: bool | None = None
         try:
-            engine = await self._start(pd.PREFILL, worker, req)
+            engine = await self._start(pd.PREFILL, worker, req, deadline)
             kv: str | None = None
             try:
                 async for ev in engine.events():

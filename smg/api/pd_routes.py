@@ -4,8 +4,10 @@ One request: pick a (prefill, decode) pair, add the bootstrap fields, send the s
 at once and relay the decode worker's answer. Both legs run in one `TaskGroup`: the prefill leg
 is a child task that drains its answer; the decode leg is relayed by the handler itself. A leg
 that fails (unreachable, non-2xx, broken body) raises `LegFailed`, which cancels the other leg;
-the client gets a 502 (`pd_prefill_failed` / `pd_decode_failed`), or an error event if its stream
-has already started. No retries: the room is shared state between the two workers.
+the client gets a 502 (`pd_prefill_failed` / `pd_decode_failed`, naming no worker: the details
+go to the log), or an error event if its stream has already started. No retries: the room is
+shared state between the two workers. Both legs carry the gateway's engine id, never the
+client's; a client that leaves counts against neither worker.
 """
 
 from __future__ import annotations
@@ -22,10 +24,17 @@ from aiohttp import web
 
 from smg import errors
 from smg.actors.snapshots import WorkerSnapshot
-from smg.api.relay import SSE_HEADERS, sse_error
+from smg.api.relay import (
+    ROUTED_WORKER_HEADER,
+    SSE_HEADERS,
+    UPSTREAM_FAILURES,
+    is_event_stream,
+    sse_error,
+)
 from smg.clock import Clock
 from smg.pipeline import pd
-from smg.pipeline.backends.http import DROP_RESPONSE, HttpBackend, UpstreamError, forward_headers
+from smg.pipeline.backends.http import DROP_RESPONSE, HttpBackend, ResponseTooLarge, UpstreamError
+from smg.pipeline.engine_ids import with_engine_ids
 from smg.pipeline.policies.base import Policy, RouteRequest
 from smg.pipeline.runner import RunnerMetrics, report
 
@@ -35,16 +44,21 @@ _DETAIL_BYTES = 300
 
 
 class LegFailed(Exception):
-    def __init__(self, role: str, detail: str) -> None:
+    """A PD leg failed; `detail` names the worker and the cause (for the log only), `public`
+    is what the client may read besides the role (never an address)."""
+
+    def __init__(self, role: str, detail: str, public: str = "") -> None:
         super().__init__(f"{role}: {detail}")
         self.role = role
         self.detail = detail
+        self.public = public
 
     def api_error(self) -> errors.ApiError:
+        extra = f": {self.public}" if self.public else ""
         return errors.ApiError(
             502,
             f"pd_{self.role}_failed",
-            f"The {self.role} worker failed: {self.detail}",
+            f"The {self.role} worker failed to answer this request{extra}",
             type="server_error",
         )
 
@@ -73,13 +87,19 @@ async def _open(
     if not 200 <= resp.status < 300:
         try:
             body = await resp.content.read(_DETAIL_BYTES)
-        except (TimeoutError, aiohttp.ClientError):
+        except UPSTREAM_FAILURES:
             body = b""
         finally:
             resp.close()
         text = body.decode(errors="replace")
         raise LegFailed(role, f"{worker.url} answered {resp.status}: {text}")
     return resp
+
+
+def _tag(out: web.StreamResponse, pair: pd.PdPair, request_id: str) -> None:
+    out.headers["X-Request-Id"] = request_id
+    out.headers[ROUTED_WORKER_HEADER] = pair.decode.worker_id
+    out.headers["X-SMG-Prefill-Worker-Id"] = pair.prefill.worker_id
 
 
 class PdRoutes:
@@ -110,6 +130,7 @@ class PdRoutes:
         route: RouteRequest,
         stream: bool,
         request_id: str,
+        engine_id: str,
     ) -> web.StreamResponse:
         pair = pd.select_pair(
             candidates,
@@ -119,7 +140,8 @@ class PdRoutes:
             now=self.clock.now(),
         )
         room = pd.new_room(self.rng)
-        data = orjson.dumps(pd.inject_bootstrap(body, pair.prefill, room))
+        legs = pd.inject_bootstrap(body, pair.prefill, room)
+        data = orjson.dumps(with_engine_ids(legs, engine_id) or legs)
         model = route.model or ""
         for w in (pair.prefill, pair.decode):
             self.metrics.selected(w, model)
@@ -130,14 +152,14 @@ class PdRoutes:
         decode_success: bool | None = None  # None: unknown (cancelled, or the client left)
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._prefill(pair.prefill, path, data, headers, request_id))
-                decode_headers = forward_headers(headers, pair.decode, request_id)
+                tg.create_task(self._prefill(pair.prefill, path, data, headers, engine_id))
+                decode_headers = self.backend.forward_headers(headers, pair.decode, engine_id)
                 resp = await _open(self.backend, pd.DECODE, pair.decode, path, data, decode_headers)
                 try:
-                    if stream:
+                    if stream and is_event_stream(resp):
                         out = web.StreamResponse(status=resp.status, headers=SSE_HEADERS.copy())
-                        self._tag(out, pair, request_id)
-                        decode_success = await self._stream(request, resp, out)
+                        _tag(out, pair, request_id)
+                        decode_success = await self._stream(request, resp, out, pair.decode)
                     else:
                         out = await self._whole(resp, pair, request_id)
                         decode_success = True
@@ -155,18 +177,15 @@ class PdRoutes:
         if failure is None:
             assert out is not None
             return out
-        log.warning("pd_leg_failed", role=failure.role, detail=failure.detail, room=room)
-        err = failure.api_error()
-        if out is not None and out.prepared:  # the client's stream has started
-            if decode_success:  # ... and ended whole: nothing left to tell the client
-                return out
-            try:
-                await out.write(sse_error(err))
-                await out.write_eof()
-            except ConnectionResetError:
-                pass
-            return out
-        raise err
+        log.warning(
+            "pd_leg_failed",
+            role=failure.role,
+            detail=failure.detail,
+            room=room,
+            request_id=request_id,
+            engine_id=engine_id,
+        )
+        return await fail_client(out, failure.api_error(), ended=bool(decode_success))
 
     async def _prefill(
         self,
@@ -174,21 +193,33 @@ class PdRoutes:
         path: str,
         data: bytes,
         headers: Mapping[str, str],
-        request_id: str,
+        engine_id: str,
     ) -> None:
-        """Send the prefill leg and drain its answer (its tokens are not the client's).
-        A task cancelled before it first runs never counts itself, so it is counted here."""
+        """Send the prefill leg and drain its answer (its tokens are not the client's; at most
+        `max_response_bytes` of them, under the idle limit). A task cancelled before it first
+        runs never counts itself, so it is counted here."""
         worker.counter.active += 1
         success: bool | None = None
+        backend = self.backend
         try:
-            prefill_headers = forward_headers(headers, worker, request_id)
-            resp = await _open(self.backend, pd.PREFILL, worker, path, data, prefill_headers)
+            prefill_headers = backend.forward_headers(headers, worker, engine_id)
+            resp = await _open(backend, pd.PREFILL, worker, path, data, prefill_headers)
+            watch = backend.watch(resp)
             try:
-                while await resp.content.readany():
-                    pass
-            except (TimeoutError, aiohttp.ClientError) as exc:
+                read, left = resp.content.readany, backend.max_response_bytes
+                while chunk := await read():
+                    watch.progress += 1
+                    left -= len(chunk)
+                    if left < 0:
+                        raise ResponseTooLarge(backend.max_response_bytes)
+            except UPSTREAM_FAILURES as exc:
                 resp.close()
-                raise LegFailed(pd.PREFILL, f"{worker.url}: answer broke off: {exc}") from exc
+                raise LegFailed(pd.PREFILL, f"{worker.url}: answer broke off: {exc!r}") from exc
+            except BaseException:
+                resp.close()
+                raise
+            finally:
+                backend.unwatch(watch)
             resp.release()
             success = True
         except LegFailed:
@@ -197,40 +228,64 @@ class PdRoutes:
         finally:
             leg_done(worker, success)  # cancelled (the decode leg failed): outcome unknown
 
-    @staticmethod
-    def _tag(out: web.StreamResponse, pair: pd.PdPair, request_id: str) -> None:
-        out.headers["X-Request-Id"] = request_id
-        out.headers["X-SMG-Routed-Worker-Id"] = pair.decode.url
-        out.headers["X-SMG-Prefill-Worker-Id"] = pair.prefill.url
-
     async def _whole(
         self, resp: aiohttp.ClientResponse, pair: pd.PdPair, request_id: str
     ) -> web.Response:
         try:
-            body = await resp.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise LegFailed(pd.DECODE, f"{pair.decode.url}: answer broke off: {exc}") from exc
+            body = await self.backend.read_body(resp)
+        except UPSTREAM_FAILURES as exc:
+            raise LegFailed(pd.DECODE, f"{pair.decode.url}: answer broke off: {exc!r}") from exc
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in DROP_RESPONSE}
         out = web.Response(body=body, status=resp.status, headers=headers)
-        self._tag(out, pair, request_id)
+        _tag(out, pair, request_id)
         return out
 
     async def _stream(
-        self, request: web.Request, resp: aiohttp.ClientResponse, out: web.StreamResponse
+        self,
+        request: web.Request,
+        resp: aiohttp.ClientResponse,
+        out: web.StreamResponse,
+        decode: WorkerSnapshot,
     ) -> bool | None:
-        """Relay the decode stream; True when it ended cleanly, None when the client left."""
-        await out.prepare(request)
-        read = resp.content.readany
-        while True:
-            try:
-                chunk = await read()
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                raise LegFailed(pd.DECODE, f"answer broke off: {exc}") from exc
-            if not chunk:
-                break
-            try:
+        """Relay the decode stream; True when it ended cleanly, None when the client left
+        (a write found it gone; a cancellation leaves the caller's None as it is)."""
+        backend = self.backend
+        watch = backend.watch(resp)
+        try:
+            await out.prepare(request)
+            read = resp.content.readany
+            while True:
+                try:
+                    chunk = await read()
+                except UPSTREAM_FAILURES as exc:
+                    detail = f"{decode.url}: answer broke off: {exc!r}"
+                    raise LegFailed(pd.DECODE, detail) from exc
+                if not chunk:
+                    break
+                watch.progress += 1
+                watch.busy = True  # a slow client is not an idle worker
                 await out.write(chunk)
-            except ConnectionResetError:
-                return None
-        await out.write_eof()
+                watch.busy = False
+            await out.write_eof()
+        except ConnectionError:
+            return None
+        finally:
+            backend.unwatch(watch)
         return True
+
+
+async def fail_client(
+    out: web.StreamResponse | None, err: errors.ApiError, *, ended: bool
+) -> web.StreamResponse:
+    """Tell the client a leg failed: raise `err` (an error response) before its stream started;
+    after, an error event on the stream unless it already `ended` whole. A client gone by then
+    gets nothing."""
+    if out is None or not out.prepared:
+        raise err
+    if not ended:
+        try:
+            await out.write(sse_error(err))
+            await out.write_eof()
+        except ConnectionError:
+            pass
+    return out

@@ -16,14 +16,14 @@ from typing import Any
 
 import aiohttp
 import orjson
+import structlog
 from aiohttp import web
 
 from smg import errors
 from smg.actors.snapshots import SnapshotCell, WorkerSnapshot
 from smg.api.pd_grpc import GrpcPd
-from smg.api.relay import HttpRelay
+from smg.api.relay import ROUTED_WORKER_HEADER, HttpRelay
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
-from smg.pipeline.backends.http import forward_headers
 from smg.pipeline.chat_template import TemplateError
 from smg.pipeline.engine_types import EngineRequest, SamplingParams
 from smg.pipeline.output import OutputShaper, OutputSpec
@@ -34,6 +34,19 @@ from smg.pipeline.tokenizer import Tokenizer
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+log = structlog.get_logger("smg.pipeline")
+
+
+def engine_failure(shaper: OutputShaper, request_id: str | None) -> errors.ApiError:
+    """The client's error for an engine that failed mid-answer; what it said goes to the log
+    (with the client's request id and the engine's)."""
+    log.warning(
+        "engine_failed",
+        request_id=request_id,
+        engine_id=shaper.spec.response_id,
+        error=shaper.error,
+    )
+    return errors.engine_failed()
 
 
 @dataclass(slots=True)
@@ -207,19 +220,23 @@ class PipelineRoutes:
         stream: bool,
     ) -> Attempt[Any]:
         """Route on the prompt's tokens and start the call: an `EngineStream` for a gRPC worker,
-        an HTTP response (to the client's original body) for an HTTP one."""
-        request_id = prepared.spec.response_id
+        an HTTP response (to the client's body, `raw`, engine ids already the gateway's) for an
+        HTTP one. Both carry the gateway's engine id, never the client's."""
+        engine_id = prepared.spec.response_id
         engine_request = self._engine_request(prepared, stream)
         route = self._route(request, prepared)
-        engines, timeout_s, backend = self.engines, self.timeout_s, self.relay.backend
+        engines, backend = self.engines, self.relay.backend
         headers = request.headers
 
-        def send(worker: WorkerSnapshot) -> Awaitable[Any]:
+        def send(worker: WorkerSnapshot, timeout_s: float) -> Awaitable[Any]:
             if is_grpc_url(worker.url):
                 return start_stream(engines.client(worker.url), engine_request, timeout_s)
-            return backend.open(worker, path, raw, forward_headers(headers, worker, request_id))
+            fwd = backend.forward_headers(headers, worker, engine_id)
+            return backend.open(worker, path, raw, fwd, timeout_s)
 
-        return await self.runner.open(model=prepared.model, route=route, send=send)
+        return await self.runner.open(
+            model=prepared.model, route=route, send=send, request_id=request["request_id"]
+        )
 
     @staticmethod
     def _engine_request(prepared: Prepared, stream: bool) -> EngineRequest:
@@ -242,7 +259,7 @@ class PipelineRoutes:
     async def _whole(
         self, attempt: Attempt[EngineStream], shaper: OutputShaper, request_id: str
     ) -> web.Response:
-        headers = {"X-Request-Id": request_id, "X-SMG-Routed-Worker-Id": attempt.worker.url}
+        headers = {"X-Request-Id": request_id, ROUTED_WORKER_HEADER: attempt.worker.worker_id}
         return await self.whole(
             attempt.response, shaper, headers, lambda ok: self.runner.finish(attempt, ok)
         )
@@ -254,7 +271,7 @@ class PipelineRoutes:
         shaper: OutputShaper,
         request_id: str,
     ) -> web.StreamResponse:
-        headers = {"X-Request-Id": request_id, "X-SMG-Routed-Worker-Id": attempt.worker.url}
+        headers = {"X-Request-Id": request_id, ROUTED_WORKER_HEADER: attempt.worker.worker_id}
         resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
         await self.stream(
             request, resp, attempt.response, shaper, lambda ok: self.runner.finish(attempt, ok)
@@ -278,7 +295,7 @@ class PipelineRoutes:
                     break
             success = shaper.error is None
             if shaper.error is not None and not any(c.text for c in shaper.choices):
-                raise errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
+                raise engine_failure(shaper, headers.get("X-Request-Id"))
             return web.Response(
                 body=orjson.dumps(shaper.body()), content_type="application/json", headers=headers
             )
@@ -294,10 +311,11 @@ class PipelineRoutes:
         shaper: OutputShaper,
         finish: Callable[[bool | None], None],
     ) -> None:
-        """Relay one engine call as OpenAI SSE frames on `resp` (prepared here)."""
+        """Relay one engine call as OpenAI SSE frames on `resp` (prepared here); `finish`
+        reports the engine's outcome (None when the client left first: cancelled, or a write
+        found it gone)."""
         success: bool | None = None  # stays None if the client leaves first
         try:
-            await resp.prepare(request)
             write = resp.write
             on_event = shaper.on_event
             # One write per batch of engine events that arrived together (never waiting for
@@ -305,6 +323,7 @@ class PipelineRoutes:
             # of the chunked body, in one write.
             last: list[bytes] = []
             try:
+                await resp.prepare(request)
                 async for batch in engine.batches():
                     if len(batch) == 1:
                         frames = on_event(batch[0])
@@ -321,11 +340,11 @@ class PipelineRoutes:
                         await write(frames[0] if len(frames) == 1 else b"".join(frames))
                 success = shaper.error is None
                 if shaper.error is not None:
-                    err = errors.ApiError(502, "engine_error", f"The engine failed: {shaper.error}")
+                    err = engine_failure(shaper, resp.headers.get("X-Request-Id"))
                     last.append(b"data: " + err.to_json() + b"\n\n")
                 last += shaper.closing_frames()
                 await resp.write_eof(b"".join(last))
-            except ConnectionResetError:  # the client left: nothing more to send
+            except ConnectionError:  # the client left: nothing more to send
                 return
         finally:
             await engine.aclose()

@@ -41,6 +41,16 @@ def request_id_of(request: web.BaseRequest) -> str | None:
 _ID_HEADERS = ("x-request-id", "x-correlation-id", "x-trace-id", "request-id")
 
 
+def engine_request_id(request: web.BaseRequest, prefix: str) -> str:
+    """The id engines and workers get for this request: always one the gateway made. When the
+    client sent no id of its own, the one the edge made for it (`request["request_id"]`) is
+    reused, so logs, headers and the engine agree; otherwise a fresh `<prefix><boot>-<n>`."""
+    if request_id_of(request) is None:
+        rid: str = request["request_id"]
+        return rid
+    return f"{prefix}{new_request_id()}"
+
+
 async def read_body(request: web.BaseRequest, limit: int) -> bytes:
     """The whole body, at most `limit` bytes: 413 from Content-Length before a byte is read, or
     as soon as a body of unknown length passes the limit.

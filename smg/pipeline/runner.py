@@ -2,8 +2,12 @@
 
 Retries happen only before the client has seen a byte of the answer: a connection failure or a
 retryable status re-selects a worker (excluding the ones that just failed, while others remain)
-after an exponential backoff with jitter. Every attempt holds the worker's in-flight count and
-reports its outcome to the worker's actor (`tell`), which owns the circuit breaker.
+after an exponential backoff with jitter. One deadline (`request_timeout_s`) covers every attempt
+and backoff of a request, and the answer that follows: each attempt gets what is left of it, a
+backoff that would outlast it is not taken, and a timeout is never retried (the deadline is
+spent). Every attempt holds the worker's in-flight count and reports its outcome to the worker's
+actor (`tell`), which owns the circuit breaker; an outcome is reported only when it says
+something about the worker (a client that left says nothing: `finish(attempt, None)`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
+
+import structlog
 
 from smg import errors
 from smg.actors.messages import Outcome
@@ -33,6 +39,7 @@ class Opened(Protocol):
 
 
 R = TypeVar("R", bound=Opened)
+log = structlog.get_logger("smg.runner")
 
 
 class RunnerMetrics(Protocol):
@@ -69,7 +76,9 @@ class Runner:
         clock: Clock,
         rng: random.Random,
         metrics: RunnerMetrics,
+        request_timeout_s: float = 1800.0,
     ) -> None:
+        self.timeout_s = request_timeout_s
         self.registry = registry
         self.policy = policy
         self.retry = retry
@@ -108,9 +117,11 @@ class Runner:
         *,
         model: str | None,
         route: RouteRequest,
-        send: Callable[[WorkerSnapshot], Awaitable[R]],
+        send: Callable[[WorkerSnapshot, float], Awaitable[R]],
+        request_id: str = "",
     ) -> Attempt[R]:
-        """Run `send` on a chosen worker, retrying on other workers before anything is relayed.
+        """Run `send(worker, timeout_s)` on a chosen worker, retrying on other workers before
+        anything is relayed; `timeout_s` is what is left of the request's deadline.
 
         `send` raises `UpstreamError` when the worker cannot be reached or does not answer in
         time; a retryable `status` on its result also moves on. On return the chosen worker's
@@ -118,39 +129,52 @@ class Runner:
         failed: set[str] = set()
         last_error: errors.ApiError | None = None
         max_attempts = self.retry.max_attempts
+        clock = self.clock
+        deadline = clock.now() + self.timeout_s
         for attempt in range(1, max_attempts + 1):
+            left = self.timeout_s if attempt == 1 else deadline - clock.now()
+            if left <= 0:
+                break
             worker = self.select(model, route, failed)
             self.metrics.selected(worker, model or "")
             counter = worker.counter
             counter.active += 1
             try:
-                resp = await send(worker)
+                resp = await send(worker, left)
             except UpstreamError as exc:
                 counter.active -= 1
                 report(worker, False)
                 failed.add(worker.worker_id)
-                last_error = (
-                    errors.upstream_timeout(exc.timeout_s)
-                    if exc.kind == "timeout"
-                    else errors.upstream_unreachable(exc.detail)
+                log.warning(
+                    "upstream_attempt_failed",
+                    request_id=request_id,
+                    worker_id=worker.worker_id,
+                    kind=exc.kind,
+                    detail=exc.detail,
+                    attempt=attempt,
                 )
-                if attempt < max_attempts:
-                    await self._backoff(worker, attempt)
+                if exc.kind == "timeout":  # the deadline is spent: nothing left to retry with
+                    raise errors.upstream_timeout(self.timeout_s) from None
+                last_error = errors.upstream_unreachable()
+                if attempt < max_attempts and not await self._backoff(worker, attempt, deadline):
+                    break
                 continue
             except BaseException:
                 counter.active -= 1
                 raise
             status = resp.status
             if attempt < max_attempts and is_retryable_status(status):
-                counter.active -= 1
-                report(worker, not is_failure_status(status))
-                failed.add(worker.worker_id)
-                resp.release()
-                await self._backoff(worker, attempt)
-                continue
+                delay = self.retry.delay_s(attempt, self.rng)
+                if clock.now() + delay < deadline:
+                    counter.active -= 1
+                    report(worker, not is_failure_status(status))
+                    failed.add(worker.worker_id)
+                    resp.release()
+                    self.metrics.retried(worker)
+                    await clock.sleep(delay)
+                    continue
             return Attempt(worker=worker, response=resp, attempts=attempt)
-        assert last_error is not None
-        raise last_error
+        raise last_error or errors.upstream_timeout(self.timeout_s)
 
     def finish(self, attempt: Attempt[Any], success: bool | None) -> None:
         """Release the worker's in-flight count; report the outcome unless it is unknown (None:
@@ -164,9 +188,15 @@ class Runner:
         if success is not None:
             report(attempt.worker, success)
 
-    async def _backoff(self, worker: WorkerSnapshot, attempt: int) -> None:
+    async def _backoff(self, worker: WorkerSnapshot, attempt: int, deadline: float) -> bool:
+        """Wait before the next attempt; False (no wait) when the wait would outlast the
+        request's deadline."""
+        delay = self.retry.delay_s(attempt, self.rng)
+        if self.clock.now() + delay >= deadline:
+            return False
         self.metrics.retried(worker)
-        await self.clock.sleep(self.retry.delay_s(attempt, self.rng))
+        await self.clock.sleep(delay)
+        return True
 
 
 def outcome_of(status: int) -> bool:

@@ -220,9 +220,9 @@ def test_a_node_starts_warm_from_the_others_cache_summaries(launch: Launcher) ->
         }
         r = node.gw.request("POST", "/v1/chat/completions", body)
         assert r.status == 200, r
-        routed_to = r.header("X-SMG-Routed-Worker-Id")  # the worker's URL, as in the Rust gateway
+        routed_to = r.header("X-SMG-Routed-Worker-Id")  # the worker's id on this node
         assert routed_to is not None
-        return routed_to
+        return {w["id"]: w["url"] for w in node.gw.workers()}[routed_to]
 
     on_a = {i: routed(a, i) for i in range(12)}
     assert len(set(on_a.values())) == 2  # A spread them over both workers

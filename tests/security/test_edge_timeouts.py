@@ -177,4 +177,4 @@ def test_a_negative_timeout_stops_the_gateway_at_start(launch: Launcher, flag: s
         timeout=60,
     )
     assert out.returncode == 2
-    assert out.stderr.strip() == f"smg: --{flag} must be >= 0 (0 turns it off)"
+    assert out.stderr.strip() == f"smg: error: --{flag} must be >= 0 (0 turns it off)"

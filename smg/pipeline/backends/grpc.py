@@ -42,6 +42,8 @@ from smg_grpc_proto.generated import (
     vllm_engine_pb2_grpc,
 )
 
+from smg.core.idle import IdleSweeper
+from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc_contract import (
     DETECTION_ORDER,
     PROTO_MODULES,
@@ -94,6 +96,8 @@ class EngineClient:
         rpc_timeout_s: float = 5.0,
         abort_timeout_s: float = 1.0,
         lean: LeanChannel | None = None,
+        idle: IdleSweeper | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
         if runtime not in SERVICE_NAMES:
             raise ValueError(f"unknown runtime {runtime!r}: expected 'vllm' or 'sglang'")
@@ -116,6 +120,8 @@ class EngineClient:
         self._aborts: set[Any] = set()  # in-flight fire-and-forget Abort calls
         self._closed = False
         self._lean = lean  # None: Generate on the grpc.aio data channel
+        self._idle = idle  # the idle limit of streamed lean Generate calls (None: none)
+        self._max_response_bytes = max_response_bytes  # per lean Generate call (None: none)
         self._generate_path = f"/{SERVICE_NAMES[runtime]}/Generate"
         self._parse_response = self._pb.GenerateResponse.FromString
 
@@ -129,6 +135,9 @@ class EngineClient:
         abort_timeout_s: float = 1.0,
         lean_generate: bool = True,
         tls: WorkerTls | None = None,
+        address_guard: AddressGuard | None = None,
+        idle: IdleSweeper | None = None,
+        max_response_bytes: int | None = None,
     ) -> EngineClient:
         """Open the channels; when `runtime` is None, ask GetModelInfo of the SGLang service and
         then the vLLM one (the other answers UNIMPLEMENTED). With a runtime given nothing is sent:
@@ -152,9 +161,12 @@ class EngineClient:
                     target,
                     max_message_bytes=MAX_MESSAGE_BYTES,
                     ssl_context=None if tls is None else tls.h2,
+                    address_guard=address_guard,
                 )
                 if lean_generate
                 else None,
+                idle=idle,
+                max_response_bytes=max_response_bytes,
             )
             ok = True
             return client
@@ -209,6 +221,11 @@ class EngineClient:
         parse, feed = self._parse_response, norm.feed
         started = False
         ended = False  # the engine is done with the request: no Abort needed
+        # a streamed call is cut when the engine stays silent past the idle limit (a
+        # non-streamed one sends nothing until it is done: only its deadline applies)
+        idle = self._idle if req.stream else None
+        watch = idle.watch(call.expire_idle) if idle is not None else None
+        left = self._max_response_bytes  # what the call may still send us (None: no cap)
         try:
             while True:
                 try:
@@ -229,6 +246,17 @@ class EngineClient:
                     if failed:
                         yield list(failed)
                     return
+                if watch is not None:
+                    watch.progress += 1
+                if left is not None:
+                    left -= sum(map(len, messages))
+                    if left < 0:  # a hostile engine's endless answer: cut it, as HTTP does
+                        failed = norm.fail(
+                            f"the engine's answer exceeded {self._max_response_bytes} bytes"
+                        )
+                        if failed:
+                            yield list(failed)
+                        return
                 batch: list[EngineEvent] = []
                 for m in messages:
                     event = feed(parse(m))
@@ -237,8 +265,15 @@ class EngineClient:
                 if batch:
                     started = True
                     ended = norm.all_finished
-                    yield batch
+                    if watch is None:
+                        yield batch
+                    else:  # while the consumer has the batch, the engine is not the one idle
+                        watch.busy = True
+                        yield batch
+                        watch.busy = False
         finally:
+            if idle is not None and watch is not None:
+                idle.release(watch)
             if not call.done():
                 if ended:
                     call.detach()  # finished: the trailers are on their way

@@ -31,6 +31,7 @@ from typing import cast
 import structlog
 
 from smg.pipeline.backends import hpack
+from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc_errors import CallError, grpc_timeout, status_of
 from smg.pipeline.backends.h2_client import (
     END,
@@ -127,12 +128,17 @@ class LeanCall:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _deadline(self) -> None:
+    def _deadline(self, details: str = "deadline exceeded") -> None:
         self._timer = None
         if self._status is None:
             if self._conn is not None:
                 self._conn.cancel_stream(self._sid)
-            self._end("DEADLINE_EXCEEDED", "deadline exceeded")
+            self._end("DEADLINE_EXCEEDED", details)
+
+    def expire_idle(self) -> None:
+        """The engine sent nothing for too long (the idle sweeper says so): reset the stream and
+        end the call as DEADLINE_EXCEEDED."""
+        self._deadline("no message from the engine within the idle limit")
 
 
 class _Connection(asyncio.Protocol):
@@ -339,6 +345,7 @@ class LeanChannel:
         stream_window_bytes: int = 256 * 1024,
         connection_window_bytes: int = 16 * 1024 * 1024,
         ssl_context: ssl.SSLContext | None = None,
+        address_guard: AddressGuard | None = None,
     ) -> None:
         host, _, port = target.rpartition(":")
         if not host or not port.isdigit():
@@ -361,6 +368,9 @@ class LeanChannel:
         # TLS (grpcs://): the context must offer ALPN h2 only; None: plaintext (grpc://)
         self.ssl_context = ssl_context
         self._scheme = "http" if ssl_context is None else "https"
+        # every connect goes to an address the worker address policy allows (default policy
+        # unless the gateway's own is given), resolved here, so DNS cannot move it elsewhere
+        self.address_guard = address_guard or AddressGuard()
         self._conns: list[_Connection] = []
         self._lock = asyncio.Lock()
         self._blocks: dict[str, bytes] = {}
@@ -410,10 +420,10 @@ class LeanChannel:
             loop = asyncio.get_running_loop()
             try:
                 async with asyncio.timeout(limit):  # the TLS handshake included
+                    sock = await self.address_guard.open_socket(self.host, self.port)
                     _, protocol = await loop.create_connection(
                         lambda: _Connection(self),
-                        self.host,
-                        self.port,
+                        sock=sock,
                         ssl=self.ssl_context,
                         server_hostname=None if self.ssl_context is None else self.host,
                     )

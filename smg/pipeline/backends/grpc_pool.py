@@ -14,14 +14,19 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+import structlog
 
 from smg import errors
 from smg.actors.messages import ProbeResult
 from smg.actors.snapshots import WorkerSnapshot
+from smg.core.idle import IdleSweeper
+from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineEvent, EngineRequest
 from smg.tls import WorkerTls
+
+log = structlog.get_logger("smg.grpc")
 
 
 def is_grpc_url(url: str) -> bool:
@@ -29,9 +34,25 @@ def is_grpc_url(url: str) -> bool:
 
 
 class EnginePool:
-    def __init__(self, *, rpc_timeout_s: float = 5.0, tls: WorkerTls | None = None) -> None:
+    """The engine clients by URL. A URL is checked against the worker address policy before
+    its first connect (its name resolved: every address must be allowed), and the lean data
+    path checks again at every connect; streamed Generate calls run under the idle limit, and
+    every Generate call's answer under the size cap (`max_response_bytes` of messages)."""
+
+    def __init__(
+        self,
+        *,
+        rpc_timeout_s: float = 5.0,
+        tls: WorkerTls | None = None,
+        address_guard: AddressGuard | None = None,
+        idle: IdleSweeper | None = None,
+        max_response_bytes: int | None = None,
+    ) -> None:
         self.rpc_timeout_s = rpc_timeout_s
         self.tls = tls  # for grpcs:// engines (None: the system's trust store)
+        self.address_guard = address_guard or AddressGuard()
+        self.idle = idle
+        self.max_response_bytes = max_response_bytes
         self._clients: dict[str, EngineClient] = {}
         self._lock = asyncio.Lock()
 
@@ -48,8 +69,17 @@ class EnginePool:
         async with self._lock:
             client = self._clients.get(url)
             if client is None:
+                try:
+                    await self.address_guard.check(url)
+                except ValueError as exc:  # InvalidWorkerUrl: never connect there
+                    raise UpstreamError("connect", f"{url}: {exc}") from None
                 client = await EngineClient.connect(
-                    url, rpc_timeout_s=self.rpc_timeout_s, tls=self.tls
+                    url,
+                    rpc_timeout_s=self.rpc_timeout_s,
+                    tls=self.tls,
+                    address_guard=self.address_guard,
+                    idle=self.idle,
+                    max_response_bytes=self.max_response_bytes,
                 )
                 self._clients[url] = client
             return client
@@ -172,6 +202,11 @@ async def start_stream(
         await agen.aclose()
         if exc.http_status in (502, 503):  # the engine is unavailable or overloaded: try another
             raise UpstreamError("connect", str(exc)) from exc
-        code = "engine_invalid_request" if exc.http_status == 400 else "engine_error"
-        raise errors.ApiError(exc.http_status, code, f"The engine refused: {exc}") from exc
+        if exc.http_status < 500:  # the engine's word on the client's request: it is theirs
+            code = "engine_invalid_request" if exc.http_status == 400 else "engine_error"
+            raise errors.ApiError(exc.http_status, code, f"The engine refused: {exc}") from exc
+        log.warning("engine_refused", url=client.url, engine_id=request.request_id, error=str(exc))
+        raise errors.ApiError(
+            exc.http_status, "engine_error", "The engine refused this request"
+        ) from exc
     return EngineStream(agen, first)

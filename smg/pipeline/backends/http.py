@@ -2,18 +2,32 @@
 
 It only moves bytes: the runner decides which worker, whether to retry and what to count.
 Errors are classified into the two kinds the runner treats differently: the worker could not be
-reached (connection refused/reset before an answer) and the worker did not answer in time.
+reached (connection refused/reset/timed out before an answer: safe to retry elsewhere) and the
+worker did not answer within the request's deadline. `UpstreamError.detail` names the worker and
+the cause: it is for the log, never for the client.
+
+What the gateway sends a worker: the client's headers minus hop-by-hop ones and anything that
+could carry the client's credentials or ids; the worker's own Bearer credential (its `api_key`,
+else `--worker-api-key`; never the clients' key); the engine request id the gateway made.
+What it accepts back: a non-streamed body up to `max_response_bytes` (`ResponseTooLarge` past
+it), and streams that never stay silent longer than the idle limit (`IdleTimeout`, cut by the
+`IdleSweeper`, no timer per chunk).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
+import orjson
 from yarl import URL
 
 from smg.actors.messages import ProbeResult
 from smg.actors.snapshots import WorkerSnapshot
+from smg.core.idle import IdleSweeper, Watch
+
+CONTROL_BODY_BYTES = 4 * 1024 * 1024  # health, model list, loads: small JSON documents
 
 
 class UpstreamError(Exception):
@@ -22,11 +36,25 @@ class UpstreamError(Exception):
     def __init__(self, kind: str, detail: str, timeout_s: float = 0.0) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind  # "connect" | "timeout"
-        self.detail = detail
+        self.detail = detail  # names the worker: for logs only
         self.timeout_s = timeout_s
 
 
-# Request headers a proxy must not forward (hop-by-hop, or recomputed by the client library).
+class ResponseTooLarge(Exception):
+    """A worker's non-streamed answer passed `max_response_bytes`."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer exceeded {limit} bytes")
+        self.limit = limit
+
+
+class IdleTimeout(TimeoutError):
+    """A worker's stream stayed silent past the idle limit (set into its reader by the sweeper)."""
+
+
+# Request headers a proxy must not forward: hop-by-hop ones, ones the client library recomputes,
+# the client's credentials (never the worker's business) and its request ids (the worker gets
+# the gateway's own id instead).
 _DROP_REQUEST = frozenset(
     {
         "host",
@@ -38,32 +66,71 @@ _DROP_REQUEST = frozenset(
         "te",
         "upgrade",
         "authorization",
+        "x-api-key",
+        "api-key",
+        "cookie",
         "accept-encoding",
+        "x-request-id",
+        "x-correlation-id",
+        "x-trace-id",
+        "request-id",
     }
 )
-# Response headers not relayed to the client.
+# Response headers not relayed to the client (the worker's own request id included: the client
+# gets its own back).
 DROP_RESPONSE = frozenset(
-    {"content-length", "transfer-encoding", "connection", "keep-alive", "server", "date"}
+    {
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "server",
+        "date",
+        "x-request-id",
+    }
 )
-
-
-def forward_headers(
-    incoming: Mapping[str, str], worker: WorkerSnapshot, request_id: str
-) -> dict[str, str]:
-    out = {k: v for k, v in incoming.items() if k.lower() not in _DROP_REQUEST}
-    out["Content-Type"] = "application/json"
-    out["X-Request-Id"] = request_id
-    if worker.api_key:
-        out["Authorization"] = f"Bearer {worker.api_key}"
-    return out
+_UNWATCHED = Watch(lambda: None)  # bumped by readers when there is no idle limit; never swept
 
 
 class HttpBackend:
-    def __init__(self, session: aiohttp.ClientSession, request_timeout_s: float) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        request_timeout_s: float,
+        *,
+        worker_api_key: str | None = None,
+        connect_timeout_s: float = 10.0,
+        max_response_bytes: int = 32 * 1024 * 1024,
+        idle: IdleSweeper | None = None,
+    ) -> None:
         self.session = session
         self.timeout_s = request_timeout_s
-        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, connect=None)
+        self.connect_timeout_s = connect_timeout_s
+        self.max_response_bytes = max_response_bytes
+        self.idle = idle
+        self._default_auth = f"Bearer {worker_api_key}" if worker_api_key else None
+        self._timeout = self._client_timeout(request_timeout_s)
         self._urls: dict[tuple[str, str], URL] = {}
+
+    def _client_timeout(self, total_s: float) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=total_s, connect=min(self.connect_timeout_s, total_s))
+
+    # --- what goes out ---------------------------------------------------------------------------
+    def authorization(self, worker: WorkerSnapshot) -> str | None:
+        """The worker's Bearer credential: its own api_key, else `--worker-api-key`."""
+        key = worker.api_key
+        return f"Bearer {key}" if key else self._default_auth
+
+    def forward_headers(
+        self, incoming: Mapping[str, str], worker: WorkerSnapshot, engine_id: str
+    ) -> dict[str, str]:
+        out = {k: v for k, v in incoming.items() if k.lower() not in _DROP_REQUEST}
+        out["Content-Type"] = "application/json"
+        out["X-Request-Id"] = engine_id
+        auth = self.authorization(worker)
+        if auth is not None:
+            out["Authorization"] = auth
+        return out
 
     async def open(
         self,
@@ -71,31 +138,96 @@ class HttpBackend:
         path: str,
         body: bytes,
         headers: Mapping[str, str],
+        timeout_s: float | None = None,
     ) -> aiohttp.ClientResponse:
-        """Send the request; return once the status line and headers are in."""
+        """Send the request; return once the status line and headers are in. `timeout_s`: what
+        is left of the request's deadline (default: all of it); it bounds the body too."""
         key = (worker.url, path)
         url = self._urls.get(key)
         if url is None:  # parsing a URL costs more than the rest of our per-request work
             url = self._urls[key] = URL(worker.url + path)
+        if timeout_s is None or timeout_s == self.timeout_s:
+            timeout = self._timeout
+        else:
+            timeout = self._client_timeout(max(0.001, timeout_s))
         try:
-            return await self.session.post(url, data=body, headers=headers, timeout=self._timeout)
+            return await self.session.post(url, data=body, headers=headers, timeout=timeout)
+        except aiohttp.ConnectionTimeoutError as exc:  # nothing was sent: another worker may do
+            detail = f"{worker.url}: no connection in {timeout.connect:g} s"
+            raise UpstreamError("connect", detail) from exc
         except TimeoutError as exc:
-            detail = f"{worker.url}: no answer in {self.timeout_s:g} s"
-            raise UpstreamError("timeout", detail, self.timeout_s) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamError("connect", f"{worker.url}: {exc}") from exc
-        except OSError as exc:
-            raise UpstreamError("connect", f"{worker.url}: {exc}") from exc
+            total = timeout.total or 0.0
+            raise UpstreamError(
+                "timeout", f"{worker.url}: no answer in {total:g} s", total
+            ) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamError("connect", f"{worker.url}: {exc!r}") from exc
 
-    async def get_json(self, url: str, timeout_s: float) -> tuple[int, object]:
-        """A small control-plane GET (health, model discovery, loads)."""
-        async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+    # --- what comes back -------------------------------------------------------------------------
+    def watch(self, upstream: aiohttp.ClientResponse) -> Watch:
+        """Put `upstream`'s body under the idle limit: the reader bumps `progress` per chunk and
+        calls `unwatch` when done; a silent stream's next read raises `IdleTimeout`."""
+        idle = self.idle
+        if idle is None:
+            return _UNWATCHED
+        content = upstream.content
+
+        def cut() -> None:
+            content.set_exception(IdleTimeout(f"no data from the worker in {idle.idle_s:g} s"))
+
+        return idle.watch(cut)
+
+    def unwatch(self, watch: Watch) -> None:
+        if self.idle is not None and watch is not _UNWATCHED:
+            self.idle.release(watch)
+
+    async def read_body(self, upstream: aiohttp.ClientResponse) -> bytearray:
+        """The whole (non-streamed) answer, at most `max_response_bytes` (`ResponseTooLarge`
+        past it: the caller drops the connection); idle-limited like a stream."""
+        limit = self.max_response_bytes
+        length = upstream.content_length
+        if length is not None and length > limit:
+            raise ResponseTooLarge(limit)
+        watch = self.watch(upstream)
+        try:
+            return await read_capped(upstream.content, limit, watch)
+        finally:
+            self.unwatch(watch)
+
+    async def get_json(
+        self, worker: WorkerSnapshot, path: str, timeout_s: float
+    ) -> tuple[int, object]:
+        """A small control-plane GET (health, model discovery, loads) with the worker's
+        credential; a body past `CONTROL_BODY_BYTES` raises `ResponseTooLarge`."""
+        auth = self.authorization(worker)
+        headers = {"Authorization": auth} if auth is not None else None
+        url = worker.url.rstrip("/") + path
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with self.session.get(url, headers=headers, timeout=timeout) as resp:
             status = resp.status
+            length = resp.content_length
+            if length is not None and length > CONTROL_BODY_BYTES:
+                raise ResponseTooLarge(CONTROL_BODY_BYTES)
+            raw = await read_capped(resp.content, CONTROL_BODY_BYTES, _UNWATCHED)
             try:
-                data: object = await resp.json(content_type=None)
+                data: object = orjson.loads(raw) if raw else None
             except ValueError:
                 data = None
             return status, data
+
+
+async def read_capped(content: Any, limit: int, watch: Watch) -> bytearray:
+    """Read `content` (an aiohttp StreamReader) to its end; `ResponseTooLarge` past `limit`."""
+    buf = bytearray()
+    read = content.readany
+    while True:
+        chunk = await read()
+        if not chunk:
+            return buf
+        buf += chunk
+        if len(buf) > limit:
+            raise ResponseTooLarge(limit)
+        watch.progress += 1
 
 
 class HttpProber:
@@ -109,19 +241,17 @@ class HttpProber:
 
     async def __call__(self, worker: WorkerSnapshot) -> ProbeResult:
         try:
-            status, _ = await self.backend.get_json(worker.url + self.endpoint, self.timeout_s)
+            status, _ = await self.backend.get_json(worker, self.endpoint, self.timeout_s)
             if status != 200:
                 return ProbeResult(ok=False, detail=f"{self.endpoint} answered {status}")
             model_id = worker.model_id
             if model_id is None:
-                status, data = await self.backend.get_json(
-                    worker.url + "/v1/models", self.timeout_s
-                )
+                status, data = await self.backend.get_json(worker, "/v1/models", self.timeout_s)
                 model_id = _first_model(data) if status == 200 else None
                 if model_id is None:
                     return ProbeResult(ok=False, detail="/v1/models named no model")
             return ProbeResult(ok=True, model_id=model_id)
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge) as exc:
             return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
 
 

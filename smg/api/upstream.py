@@ -1,0 +1,79 @@
+"""The gateway's outbound side, composed from the config: which workers start registered, where
+workers may be (the address policy, checked before anything starts), and the HTTP backend with
+its credentials, deadline, connect timeout, response cap and idle limit."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from smg.actors.messages import AddWorker
+from smg.actors.registry import normalize_url
+from smg.config import ConfigError, GatewayConfig
+from smg.core.idle import IdleSweeper
+from smg.core.worker_urls import AddressPolicy, InvalidWorkerUrl
+from smg.pipeline import pd
+from smg.pipeline.backends.address_guard import AddressGuard
+from smg.pipeline.backends.http import HttpBackend
+
+
+def startup_workers(cfg: GatewayConfig) -> list[AddWorker]:
+    """The workers named on the command line; in PD mode also the prefill and decode ones.
+    They carry no api_key of their own: requests to them send `--worker-api-key` (never the
+    clients' `--api-key`)."""
+    out = [AddWorker(url) for url in cfg.workers.worker_urls]
+    if cfg.pd.pd_disaggregation:
+        for entry in cfg.pd.prefill:
+            url, port = pd.parse_prefill(entry)
+            out.append(AddWorker(url, worker_type=pd.PREFILL, bootstrap_port=port))
+        out += [AddWorker(url, worker_type=pd.DECODE) for url in cfg.pd.decode]
+    return out
+
+
+def address_guard(cfg: GatewayConfig) -> AddressGuard:
+    """The worker address policy of `--worker-url-allowlist/--worker-url-denylist`; a malformed
+    CIDR is a `ConfigError`. Every command-line worker is checked here without DNS (its shape,
+    a denied name or literal address): a refused one is a `ConfigError` too."""
+    up = cfg.upstream
+    try:
+        guard = AddressGuard(AddressPolicy(up.worker_url_allowlist, up.worker_url_denylist))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for msg in startup_workers(cfg):
+        try:
+            guard.policy.check(normalize_url(msg.url))
+        except InvalidWorkerUrl as exc:
+            raise _refused(msg.url, exc) from None
+    return guard
+
+
+async def check_startup_names(cfg: GatewayConfig, guard: AddressGuard) -> None:
+    """Resolve the command-line workers' host names: one resolving to a denied address is a
+    `ConfigError` (the gateway does not start)."""
+    for msg in startup_workers(cfg):
+        try:
+            await guard.check(normalize_url(msg.url))
+        except InvalidWorkerUrl as exc:
+            raise _refused(msg.url, exc) from None
+
+
+def _refused(url: str, exc: InvalidWorkerUrl) -> ConfigError:
+    return ConfigError(f"worker {url!r}: {exc} (see --worker-url-allowlist/--worker-url-denylist)")
+
+
+def idle_sweeper(cfg: GatewayConfig) -> IdleSweeper | None:
+    idle_s = cfg.upstream.upstream_idle_timeout_secs
+    return IdleSweeper(idle_s) if idle_s > 0 else None
+
+
+def http_backend(
+    session: aiohttp.ClientSession, cfg: GatewayConfig, idle: IdleSweeper | None
+) -> HttpBackend:
+    up = cfg.upstream
+    return HttpBackend(
+        session,
+        cfg.server.request_timeout_secs,
+        worker_api_key=up.worker_api_key,
+        connect_timeout_s=up.upstream_connect_timeout_secs,
+        max_response_bytes=up.max_upstream_response_bytes,
+        idle=idle,
+    )

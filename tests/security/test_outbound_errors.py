@@ -107,7 +107,8 @@ def test_grpc_engine_failures_leave_no_address(launch: Launcher) -> None:
     sock = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
     data = json.dumps(body).encode()
     sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        + b"Content-Type: application/json\r\n"
         + f"Content-Length: {len(data)}\r\n\r\n".encode()
         + data
     )

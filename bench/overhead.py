@@ -40,10 +40,6 @@ from stacks import parse, render, summarise
 HERE = Path(__file__).resolve().parent
 MODES = ("chat", "chat_stream")
 PATH = "/v1/chat/completions"
-# Works around a gateway bug (2026-11-22): a client hanging up mid-answer (every open request at
-# the end of a closed-loop run) counts as a worker failure, so the breaker would open and later
-# runs would measure 503s. Pass --gateway-args "" to measure without it.
-CB_WORKAROUND = "--cb-failure-threshold 1000000"
 TARGETS = ("ours", "direct")  # through our gateway; straight to the first worker
 
 
@@ -244,8 +240,8 @@ def main() -> None:
     ap.add_argument("--policy", default="round_robin")
     ap.add_argument(
         "--gateway-args",
-        default=CB_WORKAROUND,
-        help="extra flags for `smg launch` (default: %(default)s, see CB_WORKAROUND)",
+        default="",
+        help="extra flags for `smg launch`",
     )
     ap.add_argument(
         "--api-key",

@@ -21,10 +21,9 @@
 #   SHARED_BENCH [<repo>/../shared/bench]  where run_anchor.sh lives
 #   SMG_PYTHON [<repo>/.venv/bin/python]   the interpreter that runs our gateway
 #   OURS_LOG_LEVEL [warn]  OURS_POLICY [round_robin]
-#   OURS_ARGS [--cb-failure-threshold 1000000]  extra `smg launch` flags for ours1. The default
-#     worked around a gateway bug (2026-11-22, fixed in 7335269): a client that hangs up
-#     mid-answer (wrk does, with every open request, at the end of each run) counted as a worker
-#     failure, so the breaker opened and later runs measured 503s. OURS_ARGS= measures without.
+#   OURS_ARGS []  extra `smg launch` flags for ours1. (Until issue 10 this defaulted to
+#     --cb-failure-threshold 1000000: a client hanging up mid-answer, as wrk does at the end of
+#     every run, counted as a worker failure and opened the breaker. It no longer does.)
 #   OURS_GRPC_ARGS []  extra `smg launch` flags for ours_grpc1 (no breaker workaround: not needed)
 #   OURS_CMD, OURS_GRPC_CMD  override the whole command templates (placeholders: see harness)
 #   RESULTS [<repo>/bench/results]  raw JSON lines, summary and gateway logs (gitignored)
@@ -48,13 +47,12 @@ esac
 # The harness runs a template as `bash -c "exec <template>"`: quote the paths we put in it, and
 # start python through `env` (which execs it) so the measured pid is the gateway itself. PYTHONPATH
 # makes `-m smg` load this checkout even when the venv's smg is installed from elsewhere.
-CB_WORKAROUND="--cb-failure-threshold 1000000"  # see OURS_ARGS above
 printf -v q_py '%q' "$SMG_PYTHON"
 printf -v q_repo '%q' "$REPO"
 SMG_LAUNCH="env PYTHONPATH=$q_repo $q_py -m smg launch --host 127.0.0.1 --port {port} \
 --policy ${OURS_POLICY:-round_robin} --prometheus-host 127.0.0.1 --prometheus-port {metrics_port} \
 --log-level ${OURS_LOG_LEVEL:-warn}"
-export OURS_CMD=${OURS_CMD:-"$SMG_LAUNCH --worker-urls {worker} ${OURS_ARGS-$CB_WORKAROUND}"}
+export OURS_CMD=${OURS_CMD:-"$SMG_LAUNCH --worker-urls {worker} ${OURS_ARGS:-}"}
 export OURS_GRPC_CMD=${OURS_GRPC_CMD:-"$SMG_LAUNCH --worker-urls {grpc_worker} \
 --model-path {tokenizer_dir} ${OURS_GRPC_ARGS:-}"}
 export RESULTS=${RESULTS:-$REPO/bench/results}  # gitignored; logs go to $RESULTS/logs

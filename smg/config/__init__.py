@@ -1,0 +1,123 @@
+"""The one config tree. Flags, env vars (`SMG_<FLAG>`) and defaults are generated from it.
+
+Each knob is a field of a frozen dataclass, declared with `knob(default, help)`; its CLI flag is the
+field name with dashes unless `flag=` says otherwise (flag names and defaults follow the Rust
+gateway, so its users can switch without relearning). `smg/cli.py` walks this tree to build the
+argument parser, so a knob exists exactly once.
+
+The tree is split by concern: `knobs` (the declaration helper, ConfigError, tree helpers),
+`serving` (how requests are served), `exposure` (auth, TLS, client limits, upstream bounds);
+`GatewayConfig` and `SimConfig` compose them here, and every name is importable from
+`smg.config`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from smg.config.exposure import (
+    AuthConfig,
+    LimitsConfig,
+    TlsConfig,
+    UpstreamConfig,
+    check_limits,
+    effective_max_connections,
+)
+from smg.config.knobs import ConfigError, knob, replace_path, sections
+from smg.config.serving import (
+    POLICIES,
+    AdmissionConfig,
+    CircuitBreakerConfig,
+    HealthConfig,
+    MeshNodeConfig,
+    ObservabilityConfig,
+    PdConfig,
+    RateLimitConfig,
+    RetryConfig,
+    RoutingConfig,
+    ServerConfig,
+    TokenizerConfig,
+    WorkersConfig,
+    effective_max_attempts,
+    effective_max_concurrency,
+)
+
+__all__ = [
+    "POLICIES",
+    "AdmissionConfig",
+    "AuthConfig",
+    "CircuitBreakerConfig",
+    "ConfigError",
+    "GatewayConfig",
+    "HealthConfig",
+    "LimitsConfig",
+    "MeshNodeConfig",
+    "ObservabilityConfig",
+    "PdConfig",
+    "RateLimitConfig",
+    "RetryConfig",
+    "RoutingConfig",
+    "ServerConfig",
+    "SimConfig",
+    "TlsConfig",
+    "TokenizerConfig",
+    "UpstreamConfig",
+    "WorkersConfig",
+    "check_limits",
+    "effective_max_attempts",
+    "effective_max_concurrency",
+    "effective_max_connections",
+    "knob",
+    "replace_path",
+    "sections",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    pd: PdConfig = field(default_factory=PdConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    breaker: CircuitBreakerConfig = field(default_factory=CircuitBreakerConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
+    mesh: MeshNodeConfig = field(default_factory=MeshNodeConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """The simulated OpenAI-compatible worker (`smg sim`)."""
+
+    host: str = knob("127.0.0.1", "Address the simulated worker binds.")
+    port: int = knob(8000, "Port of the simulated worker.")
+    model: str = knob("sim-model", "Model id the worker serves.")
+    first_token_ms: float = knob(0.0, "Latency before the first token (or the whole answer).")
+    tokens_per_second: float = knob(0.0, "Decode speed after the first token; 0: no delay.")
+    output_tokens: int = knob(16, "Tokens per answer when the request sets no max_tokens.")
+    failure_rate: float = knob(0.0, "Share of requests answered 500, at random.")
+    seed: int = knob(0, "Seed of the worker's randomness (output text, failures).")
+    unhealthy: bool = knob(False, "Start with /health answering 503 (toggle at /sim/health).")
+    role: str = knob(
+        "regular",
+        "PD role: decode insists on bootstrap_host/port/room; prefill answers one token.",
+        choices=("regular", "prefill", "decode"),
+    )
+    bootstrap_port: int | None = knob(
+        None, "KV bootstrap port reported in /get_server_info (prefill role)."
+    )
+    tls_cert_path: str | None = knob(
+        None, "Serve over TLS (HTTPS, or gRPC over TLS with --grpc) with this certificate (PEM)."
+    )
+    tls_key_path: str | None = knob(None, "Private key (PEM) of --tls-cert-path.")
+    tls_client_ca_path: str | None = knob(
+        None, "Require client certificates signed by this CA (PEM): mutual TLS."
+    )

@@ -1,0 +1,37 @@
+"""How a knob is declared (`knob`), the error a config that cannot be served raises, and the
+helpers that walk or change a config tree."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config that cannot be served safely or does not parse: `smg launch` exits with it."""
+
+
+def knob(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    aliases: tuple[str, ...] = (),
+    choices: tuple[str, ...] | None = None,
+    nargs: str | None = None,
+) -> Any:
+    """A config field with its CLI metadata. Mutable defaults must be tuples."""
+    meta = {"help": help, "flag": flag, "aliases": aliases, "choices": choices, "nargs": nargs}
+    return field(default=default, metadata=meta)
+
+
+def sections(cfg_type: type) -> list[dataclasses.Field[Any]]:
+    return list(dataclasses.fields(cfg_type))
+
+
+def replace_path(cfg: Any, section: str, **changes: Any) -> Any:
+    """`replace_path(gw, "retry", retry_max_retries=1)`: a copy with one section changed."""
+    return dataclasses.replace(
+        cfg, **{section: dataclasses.replace(getattr(cfg, section), **changes)}
+    )

@@ -1,0 +1,284 @@
+"""The sections that decide how requests are served: listener, workers, routing, PD, admission,
+retries, breakers, health checks, tokenizers, observability, rate limits and the mesh node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from smg.config.knobs import knob
+
+POLICIES = (
+    "round_robin",
+    "random",
+    "power_of_two",
+    "cache_aware",
+    "consistent_hashing",
+    "manual",
+    "least_load",
+    "prefix_hash",
+    "bucket",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = knob("0.0.0.0", "Address the gateway's HTTP server binds.")
+    port: int = knob(30000, "Port of the gateway's HTTP server.")
+    max_payload_size: int = knob(
+        536_870_912,
+        "Largest request body accepted, in bytes; larger ones get 413 (the body budget, "
+        "--max-buffered-request-bytes, bounds it too).",
+    )
+    api_key: str | None = knob(
+        None,
+        "Shared data-plane key: clients send `Authorization: Bearer KEY` to /v1/* and /generate. "
+        "It never opens the control plane (see --control-plane-api-keys) and is never sent to "
+        "workers (see --worker-api-key). With no data-plane key the data plane answers loopback "
+        "clients only (see --allow-unauthenticated).",
+    )
+    request_timeout_secs: float = knob(
+        1800.0,
+        "Deadline for the whole upstream part of a request, retries and streaming included.",
+    )
+    shutdown_grace_period_secs: float = knob(
+        180.0, "On SIGTERM, how long in-flight requests may take to finish before exit."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersConfig:
+    worker_urls: tuple[str, ...] = knob(
+        (), "Workers to front (http://host:port); more can be added at /workers.", nargs="*"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PdConfig:
+    """Prefill/decode disaggregation (SGLang style): each request goes to a prefill and a decode
+    worker at once, both told where the prefill worker's KV bootstrap server listens."""
+
+    pd_disaggregation: bool = knob(False, "Route every request to a prefill + decode pair.")
+    prefill: tuple[str, ...] = knob(
+        (),
+        "Prefill worker: URL [BOOTSTRAP_PORT|none]; repeat the flag for more.",
+        nargs="append+",
+    )
+    decode: tuple[str, ...] = knob(
+        (), "Decode worker URL; repeat the flag for more.", nargs="append+"
+    )
+    prefill_policy: str | None = knob(
+        None, "Policy choosing the prefill worker (default: --policy).", choices=POLICIES
+    )
+    decode_policy: str | None = knob(
+        None, "Policy choosing the decode worker (default: --policy).", choices=POLICIES
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingConfig:
+    policy: str = knob("cache_aware", "Load-balancing policy.", choices=POLICIES)
+    cache_threshold: float = knob(
+        0.3,
+        "cache_aware: least matched-prefix share that pins a request to the matching worker.",
+        aliases=("--cache-match-threshold",),
+    )
+    balance_abs_threshold: int = knob(
+        64, "cache_aware: max-min load gap (requests) that, with the ratio, means imbalance."
+    )
+    balance_rel_threshold: float = knob(
+        1.5, "cache_aware: max/min load ratio that, with the gap, routes to the least loaded."
+    )
+    eviction_interval_secs: float = knob(
+        60.0,
+        "cache_aware: seconds between LRU evictions of the prefix tree.",
+        aliases=("--eviction-interval",),
+    )
+    max_tree_size: int = knob(
+        67_108_864, "cache_aware: most characters (tokens) a worker keeps in a model's tree."
+    )
+    max_tree_bytes: int = knob(
+        67_108_864,
+        "cache_aware: memory (estimated bytes) all prefix trees may take together, every model "
+        "and worker; evicted from 90% on, new prefixes unrecorded at 100%.",
+    )
+    block_size: int = knob(16, "KV cache block size (tokens) for event-driven cache-aware routing.")
+    disable_kv_events: bool = knob(
+        False,
+        "cache_aware: route on the approximate prefix tree only; no SubscribeKvEvents streams.",
+    )
+    load_monitor_interval: float = knob(
+        10.0, "Seconds between polls of the workers' loads (GetLoads, /get_load)."
+    )
+    disable_load_monitoring: bool = knob(
+        False, "Poll loads only when a load-aware policy needs them."
+    )
+    prefix_token_count: int = knob(
+        256, "prefix_hash: leading tokens hashed (untokenized requests: four times as many chars)."
+    )
+    prefix_hash_load_factor: float = knob(
+        1.25, "prefix_hash: load (multiple of the mean) above which it walks the ring."
+    )
+    prefix_hash_balance_abs_threshold: int = knob(
+        10, "prefix_hash: load over the mean a worker must also exceed to count as overloaded."
+    )
+    least_load_kv_pressure_weight: float = knob(
+        0.15, "least_load: weight (seconds) of KV-cache pressure in the expected wait."
+    )
+    least_load_default_throughput: float = knob(
+        2000.0, "least_load: tokens/s assumed when a worker reports no throughput."
+    )
+    least_load_mean_prefill_tokens: int = knob(
+        1024, "least_load: prefill tokens assumed for a request whose length is unknown."
+    )
+    least_load_max_waiting_requests: int = knob(
+        0, "least_load: skip workers with this many waiting requests (0: no cap)."
+    )
+    bucket_adjust_interval_secs: float = knob(
+        5.0, "bucket: seconds between refits of the length ranges per worker."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    max_concurrent_requests: int = knob(
+        -1,
+        "Most requests in flight (permit held until the body ends); -1: 1024 per core, at least "
+        "4096; 0: unlimited.",
+    )
+    queue_size: int = knob(100, "Requests that may wait for a permit; 0: answer 429 at once.")
+    queue_timeout_secs: float = knob(60.0, "Longest wait for a permit before 408.")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    retry_max_retries: int = knob(5, "Most attempts per request, the first included.")
+    retry_initial_backoff_ms: int = knob(50, "Backoff before the first retry.")
+    retry_max_backoff_ms: int = knob(30000, "Cap on one backoff.")
+    retry_backoff_multiplier: float = knob(1.5, "Growth of the backoff per retry.")
+    retry_jitter_factor: float = knob(0.2, "Backoff is multiplied by 1 +/- this, at random.")
+    disable_retries: bool = knob(False, "One attempt per request.")
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitBreakerConfig:
+    cb_failure_threshold: int = knob(10, "Consecutive failures that open a worker's breaker.")
+    cb_success_threshold: int = knob(3, "Successes in half-open that close it again.")
+    cb_timeout_duration_secs: float = knob(60.0, "How long a breaker stays open before a trial.")
+    cb_window_duration_secs: float = knob(
+        120.0, "Failures older than this no longer count towards opening."
+    )
+    disable_circuit_breaker: bool = knob(False, "Never open breakers.")
+
+
+@dataclass(frozen=True, slots=True)
+class HealthConfig:
+    health_failure_threshold: int = knob(3, "Consecutive failed checks before not_ready.")
+    health_success_threshold: int = knob(2, "Consecutive good checks before ready.")
+    health_check_timeout_secs: float = knob(5.0, "Deadline of one health check.")
+    health_check_interval_secs: float = knob(60.0, "Seconds between health checks of a worker.")
+    health_check_endpoint: str = knob("/health", "Path probed on HTTP workers.")
+    health_failed_after_secs: float = knob(
+        300.0, "A worker not_ready this long is marked failed (still probed; it can come back)."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerConfig:
+    """gRPC mode: the gateway templates and tokenizes; engines see only token ids."""
+
+    model_path: str | None = knob(
+        None,
+        "Local model folder holding tokenizer.json (+ tokenizer_config.json with the chat "
+        "template). Unset: each gRPC engine's tokenizer is fetched with GetTokenizer.",
+        aliases=("--model",),
+    )
+    tokenizer_path: str | None = knob(None, "Tokenizer folder; overrides --model-path.")
+    chat_template: str | None = knob(None, "Chat template file overriding the tokenizer's.")
+    tokenizer_cache_dir: str | None = knob(
+        None, "Where engine tokenizers are cached on disk (default ~/.cache/smg/tokenizers)."
+    )
+    tokenizer_cache_enable_l0: bool = knob(False, "Exact-match token cache (repeated prompts).")
+    tokenizer_cache_l0_max_entries: int = knob(10_000, "Most entries in the L0 cache.")
+    tokenizer_cache_l0_max_memory: int = knob(268_435_456, "Bytes the L0 cache may hold.")
+    tokenizer_cache_enable_l1: bool = knob(
+        False, "Prefix token cache at special-token boundaries (multi-turn chats)."
+    )
+    tokenizer_cache_l1_max_memory: int = knob(52_428_800, "Bytes the L1 cache may hold.")
+    reasoning_parser: str | None = knob(
+        None, "Reasoning format (deepseek_r1, qwen3, kimi, ...); default: detected from the model."
+    )
+    tool_call_parser: str | None = knob(
+        None,
+        "Tool-call format (json, qwen, llama, mistral, ...); default: detected from the model.",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ObservabilityConfig:
+    prometheus_host: str | None = knob(
+        None, "Metrics listener address; default: the unspecified address of --host's family."
+    )
+    prometheus_port: int = knob(29000, "Metrics listener port (0 disables it).")
+    log_level: str = knob("info", "Log level.", choices=("debug", "info", "warn", "error"))
+    log_json: bool = knob(False, "Log as JSON lines.")
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitConfig:
+    rate_limit_tokens_per_second: float = knob(
+        0.0,
+        "Requests per second admitted per caller (the tenant of its credential); cluster-wide "
+        "when the mesh is on. 0: no rate limit.",
+    )
+    rate_limit_window_secs: float = knob(1.0, "Length of one rate-limit counting window.")
+
+
+@dataclass(frozen=True, slots=True)
+class MeshNodeConfig:
+    """The gateway mesh: SWIM membership + replicated state (`smg node --join`)."""
+
+    enable_mesh: bool = knob(False, "Join a gateway mesh (`smg node` turns this on).")
+    mesh_server_name: str | None = knob(
+        None, "This node's name in the mesh (default: the host name and mesh port)."
+    )
+    mesh_host: str = knob("0.0.0.0", "Address the mesh listener (UDP + TCP) binds.")
+    mesh_advertise_host: str | None = knob(
+        None, "Address peers reach this node at; required when --mesh-host is 0.0.0.0."
+    )
+    mesh_port: int = knob(39527, "Mesh port (UDP gossip and TCP state sync share it).")
+    mesh_peer_urls: tuple[str, ...] = knob(
+        (), "Peers to join (host:port).", aliases=("--join",), nargs="*"
+    )
+    cluster_key: str | None = knob(
+        None,
+        "Primary mesh key (16+ characters, no blanks or commas): every mesh packet and frame is "
+        "encrypted with it (AES-256-GCM). Required unless --mesh-host is loopback.",
+    )
+    cluster_key_secondary: tuple[str, ...] = knob(
+        (),
+        "More mesh keys, tried to decrypt but never to encrypt: for rotating --cluster-key "
+        "without splitting the cluster (repeat the flag, or list them comma-separated).",
+        nargs="append+",
+    )
+    mesh_insecure: bool = knob(
+        False,
+        "Run a mesh beyond loopback without --cluster-key: plaintext and unauthenticated, "
+        "anyone who reaches the port joins. Logs a warning every minute. Never in production.",
+    )
+    mesh_profile: str = knob(
+        "lan", "Failure-detector timing profile.", choices=("lan", "local", "test")
+    )
+    mesh_fault_injection: bool = knob(
+        False, "Expose POST /mesh/faults (drop/delay/partition) for chaos tests. Never in prod."
+    )
+
+
+def effective_max_concurrency(adm: AdmissionConfig, cores: int) -> int:
+    """-1 derives the bound from the host, as the Rust gateway does; 0 means unlimited."""
+    if adm.max_concurrent_requests < 0:
+        return max(4096, 1024 * cores)
+    return adm.max_concurrent_requests
+
+
+def effective_max_attempts(retry: RetryConfig) -> int:
+    return 1 if retry.disable_retries else max(1, retry.retry_max_retries)

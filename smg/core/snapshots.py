@@ -1,4 +1,4 @@
-"""Immutable views the actors publish for the hot path.
+"""Immutable views the actors publish for the hot path (value types: any layer may read them).
 
 Owners build a new snapshot on every change and swap it into a `SnapshotCell`; readers take
 `cell.value` and use it for the whole request. The one mutable piece is `LoadCounter`, the

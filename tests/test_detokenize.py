@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from smg.pipeline.detokenize import IncrementalDetokenizer
 from smg.pipeline.tokenizer import Tokenizer
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 TEXTS = [
     "Hello, world! Ça va? Naïve café, résumé, jalapeño.",

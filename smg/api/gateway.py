@@ -25,18 +25,16 @@ from smg.actors.kv_events import KvEventsActor, KvEventsConfig, Unwatch, Watch
 from smg.actors.load_monitor import ForgetWorker as ForgetLoad
 from smg.actors.load_monitor import LoadMonitorActor, LoadReport, make_fetch, monitoring_enabled
 from smg.actors.registry import RegistryActor
-from smg.actors.request import InFlight
 from smg.actors.runtime import ActorRef
 from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
 from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
-from smg.api.admission import Admission, refuse_while_draining
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
 from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
 from smg.api.mesh_setup import GatewayMesh
-from smg.api.middleware import edge_middleware, metrics_middleware
+from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
 from smg.api.pd_grpc import GrpcPd
@@ -59,6 +57,9 @@ from smg.config import (
 )
 from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
+from smg.flow.admission import Admission
+from smg.flow.inflight import InFlight
+from smg.flow.runner import Runner
 from smg.metrics import Metrics
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber, is_grpc_url
@@ -67,7 +68,6 @@ from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard, WorkerLoad
 from smg.pipeline.parser_choice import ParserChoice
 from smg.pipeline.policies import CacheAwarePolicy, Policy, make_policy
-from smg.pipeline.runner import Runner
 from smg.pipeline.tokenizer import Tokenizer
 from smg.tls import GatewayTls
 

@@ -15,18 +15,18 @@ import orjson
 from aiohttp import web
 
 from smg import errors
-from smg.actors.request import InFlight
 from smg.api import requests as rq
-from smg.api.admission import Admission
 from smg.api.openai_routes import OpenAIRoutes
 from smg.api.pipeline_routes import SSE_HEADERS, PipelineRoutes, Prepared
 from smg.api.relay import ROUTED_WORKER_HEADER
+from smg.flow.admission import Admission
+from smg.flow.inflight import InFlight
+from smg.flow.runner import Attempt
 from smg.pipeline.backends.grpc_pool import EngineStream
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.engine_types import Finished, TokenDelta
 from smg.pipeline.output import ChoiceState, OutputSpec
 from smg.pipeline.parsers import REASONING_PARSERS, TOOL_PARSERS, reasoning_parser, tool_parser
-from smg.pipeline.runner import Attempt
 from smg.pipeline.sampling import sampling_from_openai
 from smg.pipeline.tokenizer import Tokenizer
 
@@ -199,19 +199,20 @@ class NativeRoutes:
         prepared = Prepared(model, tok, ids, text, sampling, spec)
         stream = body.get("stream") is True
         await self.admission.acquire()
+        task = self.inflight.add()
         try:
-            with self.inflight.track(request_id):
-                attempt = await self.pipeline.open(
-                    request,
-                    prepared,
-                    raw=engine_body(raw, body, engine_id),
-                    path="/generate",
-                    stream=stream,
-                )
-                if isinstance(attempt.response, aiohttp.ClientResponse):
-                    return await self.pipeline.relay.answer(request, attempt, request_id, stream)
-                return await self._answer(request, attempt, prepared, stream)
+            attempt = await self.pipeline.open(
+                request,
+                prepared,
+                raw=engine_body(raw, body, engine_id),
+                path="/generate",
+                stream=stream,
+            )
+            if isinstance(attempt.response, aiohttp.ClientResponse):
+                return await self.pipeline.relay.answer(request, attempt, request_id, stream)
+            return await self._answer(request, attempt, prepared, stream)
         finally:
+            self.inflight.remove(task)
             self.admission.release()
 
     async def _answer(

@@ -15,17 +15,17 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from smg.actors.request import InFlight
 from smg.actors.snapshots import WorkerSnapshot
 from smg.api import requests as rq
-from smg.api.admission import Admission
 from smg.api.pd_routes import PdRoutes
 from smg.api.pipeline_routes import ROUTING_KEY_HEADER, PipelineRoutes
 from smg.api.relay import HttpRelay
+from smg.flow.admission import Admission
+from smg.flow.inflight import InFlight
+from smg.flow.runner import Runner, route_text
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.policies.base import RouteRequest
-from smg.pipeline.runner import Runner, route_text
 
 
 class OpenAIRoutes:
@@ -91,18 +91,17 @@ class OpenAIRoutes:
         pipeline = self.pipeline
         if sampling is not None and pipeline is not None and pipeline.serves(model):
             await self.admission.acquire()
+            task = self.inflight.add()
             try:
-                with self.inflight.track(request_id):
-                    if chat:
-                        prepared = await pipeline.prepare_chat(body, model, engine_id, sampling)
-                    else:
-                        prepared = await pipeline.prepare_completion(
-                            body, model, engine_id, sampling
-                        )
-                    return await pipeline.run(
-                        request, prepared, raw=raw, path=path, stream=stream, request_id=request_id
-                    )
+                if chat:
+                    prepared = await pipeline.prepare_chat(body, model, engine_id, sampling)
+                else:
+                    prepared = await pipeline.prepare_completion(body, model, engine_id, sampling)
+                return await pipeline.run(
+                    request, prepared, raw=raw, path=path, stream=stream, request_id=request_id
+                )
             finally:
+                self.inflight.remove(task)
                 self.admission.release()
         return await self._proxy(request, path, raw, body, model, stream, engine_id)
 
@@ -123,38 +122,37 @@ class OpenAIRoutes:
             model=model,
         )
         await self.admission.acquire()
+        task = self.inflight.add()
         try:
-            with self.inflight.track(request_id):
-                if self.pd is not None:
-                    return await self.pd.serve(
-                        request,
-                        path=path,
-                        body=body,
-                        candidates=self.runner.candidates(model),
-                        route=route,
-                        stream=stream,
-                        request_id=request_id,
-                        engine_id=engine_id,
-                    )
-                backend = self.relay.backend
-                headers = request.headers
-
-                def send(
-                    worker: WorkerSnapshot, timeout_s: float
-                ) -> Awaitable[aiohttp.ClientResponse]:
-                    return backend.open(
-                        worker,
-                        path,
-                        raw,
-                        backend.forward_headers(headers, worker, engine_id),
-                        timeout_s,
-                    )
-
-                attempt = await self.runner.open(
-                    model=model, route=route, send=send, request_id=request_id
+            if self.pd is not None:
+                return await self.pd.serve(
+                    request,
+                    path=path,
+                    body=body,
+                    candidates=self.runner.candidates(model),
+                    route=route,
+                    stream=stream,
+                    request_id=request_id,
+                    engine_id=engine_id,
                 )
-                return await self.relay.answer(request, attempt, request_id, stream)
+            backend = self.relay.backend
+            headers = request.headers
+
+            def send(worker: WorkerSnapshot, timeout_s: float) -> Awaitable[aiohttp.ClientResponse]:
+                return backend.open(
+                    worker,
+                    path,
+                    raw,
+                    backend.forward_headers(headers, worker, engine_id),
+                    timeout_s,
+                )
+
+            attempt = await self.runner.open(
+                model=model, route=route, send=send, request_id=request_id
+            )
+            return await self.relay.answer(request, attempt, request_id, stream)
         finally:
+            self.inflight.remove(task)
             self.admission.release()
 
     async def relay_native(

@@ -32,11 +32,11 @@ from smg.api.relay import (
     sse_error,
 )
 from smg.clock import Clock
+from smg.flow.runner import RunnerMetrics, report
 from smg.pipeline import pd
 from smg.pipeline.backends.http import DROP_RESPONSE, HttpBackend, ResponseTooLarge, UpstreamError
 from smg.pipeline.engine_ids import with_engine_ids
 from smg.pipeline.policies.base import Policy, RouteRequest
-from smg.pipeline.runner import RunnerMetrics, report
 
 log = structlog.get_logger("smg.pd")
 

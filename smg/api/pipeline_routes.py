@@ -23,13 +23,13 @@ from smg import errors
 from smg.actors.snapshots import SnapshotCell, WorkerSnapshot
 from smg.api.pd_grpc import GrpcPd
 from smg.api.relay import ROUTED_WORKER_HEADER, HttpRelay
+from smg.flow.runner import Attempt, Runner
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
 from smg.pipeline.chat_template import TemplateError
 from smg.pipeline.engine_types import EngineRequest, SamplingParams
 from smg.pipeline.output import OutputShaper, OutputSpec
 from smg.pipeline.parser_choice import ParserChoice, tool_choice
 from smg.pipeline.policies.base import RouteRequest
-from smg.pipeline.runner import Attempt, Runner
 from smg.pipeline.tokenizer import Tokenizer
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"

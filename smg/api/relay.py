@@ -17,13 +17,13 @@ import structlog
 from aiohttp import web
 
 from smg import errors
+from smg.flow.runner import Attempt, Runner, outcome_of
 from smg.pipeline.backends.http import (
     DROP_RESPONSE,
     HttpBackend,
     IdleTimeout,
     ResponseTooLarge,
 )
-from smg.pipeline.runner import Attempt, Runner, outcome_of
 
 log = structlog.get_logger("smg.relay")
 

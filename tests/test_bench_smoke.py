@@ -125,7 +125,7 @@ def test_stacks_groups_grpc_mode_frames() -> None:
     assert g("_fetch", f"{SITE}/grpc/aio/_call.py").startswith("grpc.aio")
     assert g("x", f"{SITE}/google/protobuf/message.py").startswith("protobuf")
     assert g("write", f"{SITE}/aiohttp/http_writer.py").startswith("aiohttp writes")
-    assert g("_stream", "/r/smg/api/pipeline_routes.py").startswith("our handler")
+    assert g("_stream", "/r/smg/flow/tokens.py").startswith("our handler")
     assert g("select", "/r/smg/pipeline/policies/round_robin.py").startswith("routing")
 
 

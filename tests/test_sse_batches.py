@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from smg.api.pipeline_routes import PipelineRoutes
+from smg.flow.tokens import PipelineRoutes
 from smg.pipeline.backends.grpc_pool import EngineStream
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.output import OutputShaper, OutputSpec

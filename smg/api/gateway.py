@@ -37,10 +37,6 @@ from smg.api.mesh_setup import GatewayMesh
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
-from smg.api.pd_grpc import GrpcPd
-from smg.api.pd_routes import PdRoutes
-from smg.api.pipeline_routes import PipelineRoutes
-from smg.api.relay import HttpRelay
 from smg.api.upstream import (
     address_guard,
     check_startup_names,
@@ -59,7 +55,11 @@ from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
 from smg.flow.admission import Admission
 from smg.flow.inflight import InFlight
+from smg.flow.pd_grpc import GrpcPd
+from smg.flow.pd_http import PdRoutes
+from smg.flow.relay import HttpRelay
 from smg.flow.runner import Runner
+from smg.flow.tokens import PipelineRoutes
 from smg.metrics import Metrics
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber, is_grpc_url

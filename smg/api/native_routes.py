@@ -17,11 +17,11 @@ from aiohttp import web
 from smg import errors
 from smg.api import requests as rq
 from smg.api.openai_routes import OpenAIRoutes
-from smg.api.pipeline_routes import SSE_HEADERS, PipelineRoutes, Prepared
-from smg.api.relay import ROUTED_WORKER_HEADER
 from smg.flow.admission import Admission
 from smg.flow.inflight import InFlight
+from smg.flow.relay import ROUTED_WORKER_HEADER
 from smg.flow.runner import Attempt
+from smg.flow.tokens import SSE_HEADERS, PipelineRoutes, Prepared
 from smg.pipeline.backends.grpc_pool import EngineStream
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.engine_types import Finished, TokenDelta

@@ -17,12 +17,12 @@ from aiohttp import web
 
 from smg.actors.snapshots import WorkerSnapshot
 from smg.api import requests as rq
-from smg.api.pd_routes import PdRoutes
-from smg.api.pipeline_routes import ROUTING_KEY_HEADER, PipelineRoutes
-from smg.api.relay import HttpRelay
 from smg.flow.admission import Admission
 from smg.flow.inflight import InFlight
+from smg.flow.pd_http import PdRoutes
+from smg.flow.relay import HttpRelay
 from smg.flow.runner import Runner, route_text
+from smg.flow.tokens import ROUTING_KEY_HEADER, PipelineRoutes
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.policies.base import RouteRequest

@@ -33,8 +33,8 @@ from google.protobuf import json_format
 
 from smg import errors
 from smg.actors.snapshots import WorkerSnapshot
-from smg.api.pd_routes import LegFailed, PdRoutes, fail_client, leg_done
-from smg.api.relay import ROUTED_WORKER_HEADER
+from smg.flow.pd_http import LegFailed, PdRoutes, fail_client, leg_done
+from smg.flow.relay import ROUTED_WORKER_HEADER
 from smg.pipeline import pd
 from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.grpc_contract import SGLANG
@@ -45,7 +45,7 @@ from smg.pipeline.output import OutputShaper
 from smg.pipeline.policies.base import RouteRequest
 
 if TYPE_CHECKING:
-    from smg.api.pipeline_routes import PipelineRoutes, Prepared
+    from smg.flow.tokens import PipelineRoutes, Prepared
 
 log = structlog.get_logger("smg.pd")
 

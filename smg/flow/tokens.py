@@ -21,8 +21,8 @@ from aiohttp import web
 
 from smg import errors
 from smg.actors.snapshots import SnapshotCell, WorkerSnapshot
-from smg.api.pd_grpc import GrpcPd
-from smg.api.relay import ROUTED_WORKER_HEADER, HttpRelay
+from smg.flow.pd_grpc import GrpcPd
+from smg.flow.relay import ROUTED_WORKER_HEADER, HttpRelay
 from smg.flow.runner import Attempt, Runner
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
 from smg.pipeline.chat_template import TemplateError

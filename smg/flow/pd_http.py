@@ -24,14 +24,14 @@ from aiohttp import web
 
 from smg import errors
 from smg.actors.snapshots import WorkerSnapshot
-from smg.api.relay import (
+from smg.clock import Clock
+from smg.flow.relay import (
     ROUTED_WORKER_HEADER,
     SSE_HEADERS,
     UPSTREAM_FAILURES,
     is_event_stream,
     sse_error,
 )
-from smg.clock import Clock
 from smg.flow.runner import RunnerMetrics, report
 from smg.pipeline import pd
 from smg.pipeline.backends.http import DROP_RESPONSE, HttpBackend, ResponseTooLarge, UpstreamError

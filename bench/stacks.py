@@ -31,7 +31,7 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]*)(?::(?P<line>\d+))?\)$")
 # (group, fragments); the first group with a fragment in a frame's `func (short path)` wins, so
 # the specific groups come first (our output shaper before the rest of smg/pipeline/).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("our middleware", ("smg/api/middleware.py", "smg/api/gateway.py")),
+    ("our middleware", ("smg/api/middleware.py", "smg/app/gateway.py")),
     # gRPC mode: what runs per engine event and per request besides the transport
     ("our output shaper + detokenizer", ("smg/pipeline/output.py", "smg/pipeline/detokenize.py",
                                          "smg/pipeline/stop.py")),

@@ -73,7 +73,7 @@ EXPECTED_ROUTES = {
 
 async def test_every_installed_route_has_its_intended_class() -> None:
     """A route added without a thought lands on the control plane; this lists the decisions."""
-    from smg.api.gateway import Gateway
+    from smg.app.gateway import Gateway
 
     mesh = {"enable_mesh": True, "mesh_fault_injection": True, "mesh_host": "127.0.0.1"}
     cfg = replace_path(GatewayConfig(), "mesh", **mesh)  # on loopback: needs no cluster key

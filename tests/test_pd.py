@@ -12,7 +12,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from smg import cli
 from smg.actors.snapshots import LoadCounter, WorkerSnapshot
-from smg.api.gateway import startup_workers
+from smg.app.outbound import startup_workers
 from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
 from smg.errors import ApiError

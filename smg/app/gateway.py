@@ -37,7 +37,7 @@ from smg.api.mesh_setup import GatewayMesh
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
-from smg.api.upstream import (
+from smg.app.outbound import (
     address_guard,
     check_startup_names,
     http_backend,

@@ -14,7 +14,8 @@ from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
 from smg.errors import ApiError
-from smg.flow.runner import Runner, route_text
+from smg.flow.prepare import route_text
+from smg.flow.runner import Runner
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.policies import RoundRobinPolicy, RouteRequest
 

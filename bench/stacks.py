@@ -31,7 +31,7 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]*)(?::(?P<line>\d+))?\)$")
 # (group, fragments); the first group with a fragment in a frame's `func (short path)` wins, so
 # the specific groups come first (our output shaper before the rest of smg/pipeline/).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("our middleware", ("smg/api/middleware.py", "smg/api/gateway.py")),
+    ("our middleware", ("smg/api/middleware.py", "smg/app/gateway.py")),
     # gRPC mode: what runs per engine event and per request besides the transport
     ("our output shaper + detokenizer", ("smg/pipeline/output.py", "smg/pipeline/detokenize.py",
                                          "smg/pipeline/stop.py")),
@@ -47,12 +47,13 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("protobuf (upb, generated messages)", ("protobuf", "smg_grpc_proto/", "upb_", "_upb",
                                             "PyUpb", "_message.abi3")),
     ("our handler (validate, relay)", ("smg/api/proxy_routes.py", "smg/api/requests.py",
-                                       "smg/api/admission.py", "smg/actors/request.py",
-                                       "smg/api/pipeline_routes.py", "smg/api/openai_routes.py",
-                                       "smg/api/relay.py", "smg/pipeline/sampling.py",
+                                       "smg/flow/admission.py", "smg/flow/inflight.py",
+                                       "smg/flow/tokens.py", "smg/api/openai_routes.py",
+                                       "smg/flow/relay.py", "smg/pipeline/sampling.py",
                                        "smg/pipeline/body_fields.py",
                                        "smg/pipeline/engine_types.py")),
-    ("routing (runner, policy, snapshots)", ("smg/pipeline/", "smg/actors/", "smg/core/")),
+    ("routing (runner, policy, snapshots)", ("smg/pipeline/", "smg/flow/runner.py", "smg/actors/",
+                                          "smg/core/")),
     ("metrics", ("prometheus_client/", "smg/metrics.py")),
     ("logging", ("structlog/", "logging/", "smg/logs.py")),
     ("JSON", ("orjson", "json/")),

@@ -203,7 +203,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if command == "node":
             cfg = replace_path(cfg, "mesh", enable_mesh=True)
         logs.configure(cfg.observability.log_level, cfg.observability.log_json)
-        from smg.api.gateway import Gateway
+        from smg.app.gateway import Gateway
 
         run_until_signal(lambda stop: Gateway(cfg).run(stop))
         return 0

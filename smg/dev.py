@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from smg.api.gateway import Gateway
+from smg.app.gateway import Gateway
 from smg.config import (
     GatewayConfig,
     HealthConfig,

@@ -2,9 +2,9 @@ import asyncio
 
 import pytest
 
-from smg.api.admission import Admission
 from smg.clock import FakeClock, settle
 from smg.errors import ApiError
+from smg.flow.admission import Admission
 
 
 async def test_permits_up_to_limit_then_queue_then_429() -> None:

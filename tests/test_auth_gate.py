@@ -73,12 +73,12 @@ EXPECTED_ROUTES = {
 
 async def test_every_installed_route_has_its_intended_class() -> None:
     """A route added without a thought lands on the control plane; this lists the decisions."""
-    from smg.api.gateway import Gateway
+    from smg.app.gateway import Gateway
 
     mesh = {"enable_mesh": True, "mesh_fault_injection": True, "mesh_host": "127.0.0.1"}
     cfg = replace_path(GatewayConfig(), "mesh", **mesh)  # on loopback: needs no cluster key
     cfg = replace_path(cfg, "pd", pd_disaggregation=True)
-    app = Gateway(cfg).build_app(None, None)  # type: ignore[arg-type]
+    app = Gateway(cfg).build_app(None)  # type: ignore[arg-type]
     installed = {r.canonical: classify(r.canonical) for r in app.router.resources()}
     assert installed == EXPECTED_ROUTES
 

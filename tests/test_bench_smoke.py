@@ -18,8 +18,8 @@ import stacks  # noqa: E402
 SITE = "/x/lib/python3.11/site-packages"
 RAW = f"""\
 <module> (smg/__main__.py:5);run (asyncio/runners.py:118);data_received ({SITE}/aiohttp/web_protocol.py:400) 60
-<module> (smg/__main__.py:5);run (asyncio/runners.py:118);_middleware (/r/smg/api/gateway.py:120);request_done (/r/smg/metrics.py:110) 25
-<module> (smg/__main__.py:5);run (asyncio/runners.py:118);_middleware (/r/smg/api/gateway.py:121) 10
+<module> (smg/__main__.py:5);run (asyncio/runners.py:118);_middleware (/r/smg/api/middleware.py:120);request_done (/r/smg/metrics.py:110) 25
+<module> (smg/__main__.py:5);run (asyncio/runners.py:118);_middleware (/r/smg/api/middleware.py:121) 10
 <module> (smg/__main__.py:5);f (a.py:1);f (a.py:2);f (a.py:3) 5
 garbage line without a count
 """  # noqa: E501
@@ -28,7 +28,7 @@ garbage line without a count
 def test_stacks_parse_and_group() -> None:
     s = stacks.summarise(stacks.parse(RAW.splitlines()))
     assert s.total == 100
-    mw = stacks.Frame("_middleware", "/r/smg/api/gateway.py")
+    mw = stacks.Frame("_middleware", "/r/smg/api/middleware.py")
     assert s.own[mw] == 10  # lines of one function merge
     assert s.cumulative[mw] == 35
     assert s.cumulative[stacks.Frame("f", "a.py")] == 5  # recursion counts once
@@ -125,7 +125,7 @@ def test_stacks_groups_grpc_mode_frames() -> None:
     assert g("_fetch", f"{SITE}/grpc/aio/_call.py").startswith("grpc.aio")
     assert g("x", f"{SITE}/google/protobuf/message.py").startswith("protobuf")
     assert g("write", f"{SITE}/aiohttp/http_writer.py").startswith("aiohttp writes")
-    assert g("_stream", "/r/smg/api/pipeline_routes.py").startswith("our handler")
+    assert g("_stream", "/r/smg/flow/tokens.py").startswith("our handler")
     assert g("select", "/r/smg/pipeline/policies/round_robin.py").startswith("routing")
 
 

@@ -11,12 +11,14 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from smg import cli
-from smg.api.gateway import startup_workers
-from smg.api.pd_routes import PdRoutes
+from smg.app.outbound import startup_workers
 from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
 from smg.core.snapshots import LoadCounter, WorkerSnapshot
 from smg.errors import ApiError
+from smg.flow.pd_http import HttpPd
+from smg.flow.request import Kind, Request
+from smg.flow.runner import Pairing
 from smg.pipeline import pd
 from smg.pipeline.backends.http import HttpBackend, UpstreamError
 from smg.pipeline.policies import RoundRobinPolicy, RouteRequest
@@ -198,7 +200,7 @@ def test_cli_pd_defaults_off() -> None:
     assert cfg.pd.prefill_policy is None
 
 
-# --- PdRoutes against a scripted backend (no sockets) --------------------------------------------
+# --- HttpPd against a scripted backend (no sockets) --------------------------------------------
 
 
 class FakeContent:
@@ -274,31 +276,33 @@ class FixedClock:
 def _serve(script: dict[str, Any]) -> tuple[Any, FakeBackend, list[WorkerSnapshot]]:
     workers = [w("http://p:1", "prefill", port=8998), w("http://d:2", "decode")]
     backend = FakeBackend(script)
-    routes = PdRoutes(
-        backend=backend,  # type: ignore[arg-type]
-        prefill_policy=RoundRobinPolicy(),
-        decode_policy=RoundRobinPolicy(),
-        clock=FixedClock(),  # type: ignore[arg-type]
-        rng=random.Random(3),
-        metrics=NoMetrics(),
+    pairing = Pairing(
+        RoundRobinPolicy(),
+        RoundRobinPolicy(),
+        FixedClock(),  # type: ignore[arg-type]
+        NoMetrics(),
     )
+    routes = HttpPd(backend=backend, pairing=pairing, rng=random.Random(3))
     client_headers = {"X-Test": "1", "X-Request-Id": "r1", "Authorization": "Bearer client-key"}
     request = make_mocked_request("POST", "/v1/completions", headers=client_headers)
+    body = {"model": "m", "prompt": "hi", "rid": "client-rid"}
+    req = Request(
+        Kind.COMPLETION,
+        "m",
+        body,
+        orjson.dumps(body),
+        "/v1/completions",
+        False,
+        None,
+        request.headers,
+        None,
+        "r1",
+        "cmpl-gw-1",
+        None,
+    )
 
     async def run() -> Any:
-        return await asyncio.wait_for(
-            routes.serve(
-                request,
-                path="/v1/completions",
-                body={"model": "m", "prompt": "hi", "rid": "client-rid"},
-                candidates=tuple(workers),
-                route=ROUTE,
-                stream=False,
-                request_id="r1",
-                engine_id="cmpl-gw-1",
-            ),
-            5.0,
-        )
+        return await asyncio.wait_for(routes.serve(request, req, ROUTE, tuple(workers)), 5.0)
 
     return run, backend, workers
 

@@ -6,7 +6,7 @@ import json
 
 from smg_grpc_proto.generated import sglang_scheduler_pb2, vllm_engine_pb2
 
-from smg.api.pd_grpc import sglang_legs, vllm_decode, vllm_prefill
+from smg.flow.pd_grpc import sglang_legs, vllm_decode, vllm_prefill
 from smg.pipeline.backends.grpc_contract import SGLANG, VLLM
 from smg.pipeline.backends.grpc_replies import ResponseNormaliser
 from smg.pipeline.backends.grpc_requests import build_generate

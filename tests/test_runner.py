@@ -14,9 +14,10 @@ from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
 from smg.core.snapshots import LoadCounter, RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.errors import ApiError
+from smg.flow.prepare import route_text
+from smg.flow.runner import Runner
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.policies import RoundRobinPolicy, RouteRequest
-from smg.pipeline.runner import Runner, route_text
 
 
 class FakeResponse:

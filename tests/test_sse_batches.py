@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from smg.api.pipeline_routes import PipelineRoutes
+from smg.flow import render
 from smg.pipeline.backends.grpc_pool import EngineStream
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.output import OutputShaper, OutputSpec
@@ -50,7 +50,7 @@ async def run(batches: list[list[EngineEvent]], resp: FakeResponse) -> bool | No
     spec = OutputSpec(response_id="chatcmpl-1", model="m", created=1, chat=True)
     engine = EngineStream(agen(), batches[0])
     shaper = OutputShaper(spec, decode)
-    await PipelineRoutes.stream(None, resp, engine, shaper, outcome.append)  # type: ignore[arg-type]
+    await render.stream(None, resp, engine, shaper, "chatcmpl-1", outcome.append)  # type: ignore[arg-type]
     return outcome[0]
 
 

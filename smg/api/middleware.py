@@ -1,4 +1,5 @@
-"""The one middleware every request passes: request id, the auth gate, errors, metrics, audit.
+"""The edge's middlewares. The one every request passes: request id, the auth gate, errors,
+metrics, audit; and the drain's: while the gateway drains, new requests get 503 at once.
 
 The gate (`smg/api/auth.py`) decides before the handler runs and leaves the caller in
 `request["principal"]`; every control-plane request then gets its audit line with the final status.
@@ -28,6 +29,7 @@ from smg.metrics import Metrics
 
 log = structlog.get_logger("smg.gateway")
 
+PROBES = frozenset({"/health", "/liveness", "/readiness"})
 _ID_PREFIX = {"/v1/chat/completions": "chatcmpl-", "/v1/completions": "cmpl-"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -137,3 +139,16 @@ def _http_exception_to_api(exc: web.HTTPException, request: web.Request) -> erro
     if exc.status == 413:
         return errors.payload_too_large(request.app._client_max_size)
     return errors.ApiError(exc.status, "http_error", exc.reason)
+
+
+def refuse_while_draining(is_draining: Callable[[], bool]) -> Any:
+    """Middleware: while the gateway drains, every request but the health probes gets 503
+    `shutting_down` (with Retry-After) before anything else is done for it."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if is_draining() and request.path not in PROBES:
+            raise errors.draining()
+        return await handler(request)
+
+    return middleware

@@ -1,4 +1,5 @@
-"""Reading and checking client requests: body limits, JSON, required fields, request ids.
+"""Reading and checking client requests: body limits, JSON, required fields, request ids, and
+the flow's typed `Request` built from them.
 
 Every client mistake becomes an `ApiError` with a stable code, never a 500.
 """
@@ -15,9 +16,12 @@ from aiohttp import StreamReader, web
 
 from smg import errors
 from smg.api.connection_guard import BodyStalled, EdgeHandler
+from smg.core.auth_keys import Principal
+from smg.flow.request import Kind, Request
 from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.sampling import sampling_from_openai
 
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 _BOOT = os.urandom(4).hex()
 _SEQ = itertools.count(1)
 
@@ -49,6 +53,36 @@ def engine_request_id(request: web.BaseRequest, prefix: str) -> str:
         rid: str = request["request_id"]
         return rid
     return f"{prefix}{new_request_id()}"
+
+
+def flow_request(
+    request: web.Request,
+    kind: Kind,
+    path: str,
+    raw: bytes,
+    body: dict[str, Any],
+    model: str,
+    sampling: SamplingParams | None,
+    engine_id_prefix: str,
+) -> Request:
+    """The typed request the flow runs, from a checked body; `path`: where an HTTP worker gets
+    it (the endpoint's own path)."""
+    principal: Principal | None = request.get("principal")
+    headers = request.headers
+    return Request(
+        kind,
+        model,
+        body,
+        raw,
+        path,
+        body.get("stream") is True,
+        sampling,
+        headers,
+        headers.get(ROUTING_KEY_HEADER),
+        request["request_id"],
+        engine_request_id(request, engine_id_prefix),
+        None if principal is None else principal.tenant,
+    )
 
 
 async def read_body(request: web.BaseRequest, limit: int) -> bytes:

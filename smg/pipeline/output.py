@@ -2,7 +2,9 @@
 
 `OutputShaper` keeps one `ChoiceState` per choice: an incremental detokenizer and a stop matcher.
 For a stream, `on_event` returns the SSE frames to write for one engine event; for a whole
-answer, `collect` accumulates and `body()` builds the final JSON. The two paths share the same
+answer, `collect` accumulates and `body()` builds the final JSON (`whole()`: its bytes). It is
+the OpenAI surfaces' renderer in the request flow (smg/flow/render.py; SGLang's /generate has
+`GenerateShaper`, smg/pipeline/generate_output.py). The two paths share the same
 per-choice text machine, so streamed text always equals non-streamed text for the same tokens.
 A choice stops when the engine finishes it or when a stop string completes (then the engine call
 is no longer needed: `all_done` tells the caller to cancel it).
@@ -10,141 +12,21 @@ is no longer needed: `all_done` tells the caller to cancel it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from smg.pipeline.detokenize import DecodeFn, IncrementalDetokenizer
+from smg.errors import ApiError
+from smg.pipeline.choice import DONE_FRAME, ChoiceState, OutputSpec
+from smg.pipeline.detokenize import DecodeFn
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta, TokenLogprob
-from smg.pipeline.parsers.types import CallDelta, ParseDelta, Parser
-from smg.pipeline.stop import StopAutomaton, StopMatcher, compile_stops
-
-DONE_FRAME = b"data: [DONE]\n\n"
+from smg.pipeline.parsers.types import CallDelta, ParseDelta
 
 
-@dataclass(frozen=True, slots=True)
-class OutputSpec:
-    """What the request asked for, as the shaper needs it."""
-
-    response_id: str
-    model: str
-    created: int
-    chat: bool
-    n: int = 1
-    stop: tuple[str, ...] = ()
-    include_stop: bool = False
-    skip_special_tokens: bool = True
-    include_usage: bool = False
-    logprobs: bool = False
-    top_logprobs: int = 0
-    system_fingerprint: str | None = None
-    echo_prompt: str | None = None  # completions with echo=true
-    # chat in gRPC mode: reasoning / tool-call parsing of each choice's text (None: plain text)
-    parser: Callable[[], Parser] | None = None
-    parallel_tool_calls: bool = True
-    # built from `stop` once per request and shared by its choices (see smg.pipeline.stop)
-    stop_automaton: StopAutomaton | None = field(init=False, default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "stop_automaton", compile_stops(self.stop))
-
-
-class ChoiceState:
-    __slots__ = (
-        "calls",
-        "completion_tokens",
-        "detok",
-        "done",
-        "finish_reason",
-        "index",
-        "logprobs",
-        "matched_stop",
-        "parser",
-        "reasoning",
-        "single_call",
-        "started",
-        "stop",
-        "text",
-    )
-
-    def __init__(self, index: int, decode: DecodeFn, spec: OutputSpec) -> None:
-        self.parser = spec.parser() if spec.parser is not None else None
-        self.single_call = not spec.parallel_tool_calls
-        self.reasoning: list[str] = []
-        self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
-        self.index = index
-        self.detok = IncrementalDetokenizer(decode, skip_special_tokens=spec.skip_special_tokens)
-        self.stop = StopMatcher(spec.stop_automaton, spec.include_stop)
-        self.text: list[str] = []
-        self.done = False
-        self.started = False
-        self.finish_reason: str | None = None
-        self.matched_stop: int | str | None = None
-        self.completion_tokens = 0
-        self.logprobs: list[TokenLogprob] = []
-
-    def feed(self, ids: Sequence[int]) -> str:
-        """New safe-to-emit text for `ids`; marks the choice done when a stop string completes."""
-        emit, stopped, matched = self.stop.feed(self.detok.feed(ids))
-        if stopped:
-            self.done = True
-            self.finish_reason = "stop"
-            self.matched_stop = matched
-        return emit
-
-    def parse(self, text: str, *, final: bool) -> ParseDelta:
-        """Split emitted text into content, reasoning and tool calls (when a parser is set);
-        the pieces are also kept for the whole-answer body."""
-        parser = self.parser
-        if parser is None:
-            delta = ParseDelta(normal_text=text)
-        else:
-            delta = parser.feed(text) if text else ParseDelta()
-            if final:
-                tail = parser.finish()
-                delta = ParseDelta(
-                    delta.normal_text + tail.normal_text,
-                    delta.reasoning_text + tail.reasoning_text,
-                    delta.calls + tail.calls,
-                )
-            if self.single_call and delta.calls:  # parallel_tool_calls: false keeps the first
-                kept = tuple(c for c in delta.calls if c.index == 0)
-                delta = ParseDelta(delta.normal_text, delta.reasoning_text, kept)
-        if delta.normal_text:
-            self.text.append(delta.normal_text)
-        if delta.reasoning_text:
-            self.reasoning.append(delta.reasoning_text)
-        for c in delta.calls:
-            entry = self.calls.setdefault(c.index, ["", "", ""])
-            if c.id is not None:
-                entry[0] = c.id
-            if c.name is not None:
-                entry[1] = c.name
-            entry[2] += c.arguments
-        if final and self.calls and self.finish_reason == "stop":
-            self.finish_reason = "tool_calls"
-        return delta
-
-    def finish(self, ev: Finished) -> str:
-        tail = self.feed(ev.token_ids) if ev.token_ids else ""
-        if self.done:  # a stop string completed within the last tokens
-            return tail
-        emit, stopped, matched = self.stop.feed(self.detok.finish())
-        tail += emit
-        if stopped:
-            self.finish_reason, self.matched_stop = "stop", matched
-        else:
-            tail += self.stop.finish()
-            self.finish_reason = _finish_reason(ev.finish_reason)
-            self.matched_stop = ev.matched_stop
-        self.done = True
-        return tail
-
-
-def _finish_reason(engine_reason: str) -> str:
-    return {"stop": "stop", "length": "length", "abort": "abort"}.get(engine_reason, "stop")
+def openai_renderer(spec: OutputSpec, decode: DecodeFn, now: Callable[[], float]) -> OutputShaper:
+    """The OpenAI chat and completions renderer (`now` unused: these shapes carry no latency)."""
+    return OutputShaper(spec, decode)
 
 
 class OutputShaper:
@@ -295,7 +177,18 @@ class OutputShaper:
             choice["matched_stop"] = finish.matched_stop
         return self._prefix + orjson.dumps(choice) + b"]}\n\n"
 
+    def failure_frames(self, err: ApiError) -> list[bytes]:
+        """The error event that tells a streaming client the engine failed (before [DONE])."""
+        return [b"data: " + err.to_json() + b"\n\n"]
+
     # --- whole answers ---------------------------------------------------------------------------
+    def whole(self) -> bytes | None:
+        """The whole answer's body; None when the engine failed before any text (the client
+        gets an error instead)."""
+        if self.error is not None and not any(c.text for c in self.choices):
+            return None
+        return orjson.dumps(self.body())
+
     def collect(self, ev: EngineEvent) -> None:
         state = self._choice(ev.index)
         if state is None:

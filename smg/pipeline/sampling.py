@@ -130,6 +130,29 @@ def sampling_from_openai(body: Mapping[str, Any], *, chat: bool) -> SamplingPara
     )
 
 
+# SGLang's /generate `sampling_params`: its names for the OpenAI ones the validator knows
+_SGLANG_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
+_SGLANG_PASSTHROUGH = (
+    "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids", "n", "seed",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos",
+    "skip_special_tokens", "logit_bias",
+)  # fmt: skip
+
+
+def sampling_from_sglang(params: object) -> SamplingParams:
+    """Validate SGLang's /generate `sampling_params` (an object; absent, null or empty:
+    defaults) with the completions rules, SGLang's names mapped to the OpenAI ones; other fields
+    are ignored."""
+    params = params or {}
+    if not isinstance(params, dict):
+        raise invalid_type("'sampling_params' must be an object", param="sampling_params")
+    openai_like: dict[str, Any] = {k: params[k] for k in _SGLANG_PASSTHROUGH if k in params}
+    for native, name in _SGLANG_NAMES.items():
+        if native in params:
+            openai_like[name] = params[native]
+    return sampling_from_openai(openai_like, chat=False)
+
+
 # --- sampling-specific scalars -----------------------------------------------------------------
 
 

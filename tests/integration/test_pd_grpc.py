@@ -4,22 +4,26 @@ at once) and vLLM style (prefill first, its KV-transfer params handed to the dec
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
-from .conftest import Launcher, drive_pd_requests, wait_until
+from .conftest import Gateway, Launcher, drive_pd_requests, wait_until
 
 BOOTSTRAP_PORT = 8998
 MESSAGES = [{"role": "user", "content": "hello grpc pd"}]
 RUNTIMES = ("sglang", "vllm")
 
 
-def _pd(launch: Launcher, runtime: str) -> tuple:
+def _pd(launch: Launcher, runtime: str, **decode_options: Any) -> tuple:
     prefill = launch.engine(runtime=runtime, role="prefill", bootstrap_port=BOOTSTRAP_PORT)
-    decode = launch.engine(runtime=runtime, role="decode")
+    decode = launch.engine(runtime=runtime, role="decode", **decode_options)
     gw = launch.gateway(prefill=[(prefill, BOOTSTRAP_PORT)], decode=[decode])
     return gw, prefill, decode
 
@@ -32,6 +36,103 @@ def test_pd_grpc_streaming_and_non_streaming(launch: Launcher, runtime: str) -> 
     p, d = prefill.stats(), decode.stats()
     assert d["pd_requests"] == 3 and d["completed"] == 3 and d["rejected"] == 0
     assert p["pd_requests"] == 3 and p["completed"] == 3
+
+
+async def _read_sse(gw: Gateway, path: str, body: dict[str, Any]) -> tuple[list[Any], int]:
+    """POST `body` as a streaming client does (aiohttp, reading the body as it arrives): the
+    SSE events (parsed JSON, or "[DONE]") and how many reads the body took."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(gw.url + path, json=body, headers=gw.auth()) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        assert resp.headers["X-SMG-Prefill-Worker-Id"] != resp.headers["X-SMG-Routed-Worker-Id"]
+        raw, reads = b"", 0
+        async for chunk in resp.content.iter_any():
+            raw, reads = raw + chunk, reads + 1
+    events = [
+        line[6:] if line == "data: [DONE]" else json.loads(line[6:])
+        for line in raw.decode().splitlines()
+        if line.startswith("data: ")
+    ]
+    return events, reads
+
+
+def _pd_legs(prefill: Any, decode: Any, n: int) -> None:
+    """Both engines served `n` PD legs (bootstrap room or KV params on each), refused none."""
+    p, d = prefill.stats(), decode.stats()
+    assert d["pd_requests"] == n and d["completed"] == n and d["rejected"] == 0, d
+    assert p["pd_requests"] == n and p["completed"] == n and p["rejected"] == 0, p
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_generate_runs_through_pd(launch: Launcher, runtime: str) -> None:
+    """SGLang's /generate in gRPC PD mode goes through the pair like chat: each request is a
+    prefill leg and a decode leg, and the client gets the decode's answer in SGLang's shape,
+    whole and streamed, from text or from token ids."""
+    gw, prefill, decode = _pd(launch, runtime, decode_ms_per_token=20)
+    body = {
+        "model": "sim-model",
+        "text": "SIM_REPLY: hello 世界",
+        "sampling_params": {"max_new_tokens": 32},
+    }
+    r = gw.request("POST", "/generate", body)
+    assert r.status == 200, r
+    out = r.json()
+    assert out["text"] == "hello 世界"
+    assert out["meta_info"]["finish_reason"]["type"] == "stop"
+    assert out["meta_info"]["completion_tokens"] == len(out["output_ids"]) > 0
+    assert out["meta_info"]["id"].startswith("req-")  # the gateway's engine id
+    assert r.header("X-SMG-Prefill-Worker-Id") != r.header("X-SMG-Routed-Worker-Id")
+
+    events, reads = asyncio.run(_read_sse(gw, "/generate", {**body, "stream": True}))
+    assert events[-1] == "[DONE]" and len(events) >= 3, events
+    last = events[-2]
+    assert last["text"] == out["text"] and last["output_ids"] == out["output_ids"]
+    assert last["meta_info"]["finish_reason"]["type"] == "stop"
+    assert all(e["meta_info"]["finish_reason"] is None for e in events[:-2])
+    assert reads >= 2, "streamed as the decode engine produced it, not in one piece"
+
+    ids = gw.request("POST", "/v1/tokenize", {"model": "sim-model", "prompt": "abc def"})
+    by_ids = {"model": "sim-model", "input_ids": ids.json()["tokens"]}
+    r = gw.request("POST", "/generate", {**by_ids, "sampling_params": {"max_new_tokens": 5}})
+    assert r.status == 200, r
+    assert r.json()["meta_info"]["finish_reason"]["type"] == "length"
+    assert r.json()["meta_info"]["completion_tokens"] == 5
+    _pd_legs(prefill, decode, 3)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_completions_run_through_pd(launch: Launcher, runtime: str) -> None:
+    """/v1/completions in gRPC PD mode (OpenAI SDK): a prompt as text, echoed; streamed with
+    usage; a prompt of token ids. Each is one prefill leg and one decode leg."""
+    gw, prefill, decode = _pd(launch, runtime)
+    client = gw.client()
+    prompt = "SIM_REPLY: hello 世界"
+    done = client.completions.create(model="sim-model", prompt=prompt, max_tokens=32, echo=True)
+    assert done.choices[0].text == prompt + "hello 世界"
+    assert done.choices[0].finish_reason == "stop"
+    assert done.id.startswith("cmpl-")
+
+    chunks = list(
+        client.completions.create(
+            model="sim-model",
+            prompt=prompt,
+            max_tokens=32,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "hello 世界"
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == done.usage.completion_tokens  # type: ignore[union-attr]
+
+    ids = gw.request("POST", "/v1/tokenize", {"model": "sim-model", "prompt": "abc def"})
+    by_ids = client.completions.create(model="sim-model", prompt=ids.json()["tokens"], max_tokens=3)
+    assert by_ids.choices[0].finish_reason == "length"
+    assert by_ids.usage is not None and by_ids.usage.completion_tokens == 3
+    _pd_legs(prefill, decode, 3)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

@@ -33,6 +33,7 @@ from typing import Any
 
 import grpc
 import structlog
+from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from smg_grpc_proto.generated import (
     common_pb2,
@@ -384,6 +385,14 @@ class EngineClient:
             except (UpstreamError, EngineError) as exc:
                 log.debug("server_info_unavailable", url=self.url, error=str(exc))
         return model_info_from(self.runtime, info, server)
+
+    async def server_args(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """An SGLang engine's `GetServerInfo().server_args` as a dict (PD mode reads a prefill's
+        KV bootstrap port there). Struct numbers come back as floats."""
+        reply = await self._unary(
+            self._probe.GetServerInfo, self._pb.GetServerInfoRequest(), timeout_s
+        )
+        return json_format.MessageToDict(reply.server_args)
 
     async def loads(self) -> dict[str, Any]:
         """Running/waiting requests and token usage, summed over the engine's DP ranks."""

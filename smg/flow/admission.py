@@ -5,38 +5,17 @@ is held until the response body ends (streams included). A released permit is ha
 to the oldest waiter, so the count never dips and late arrivals cannot jump the queue.
 
 Once the gateway drains, nothing new is admitted: `close()` answers every queued request 503
-`shutting_down`, and `refuse_while_draining` answers new requests 503 before their body is read
-(the health probes still answer, so readiness can say "draining").
+`shutting_down` (and the edge's `refuse_while_draining` answers new requests 503 before their
+body is read).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-from aiohttp import web
 
 from smg import errors
 from smg.clock import Clock
-
-PROBES = frozenset({"/health", "/liveness", "/readiness"})
-
-
-def refuse_while_draining(is_draining: Callable[[], bool]) -> Any:
-    """Middleware: while the gateway drains, every request but the health probes gets 503
-    `shutting_down` (with Retry-After) before anything else is done for it."""
-
-    @web.middleware
-    async def middleware(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        if is_draining() and request.path not in PROBES:
-            raise errors.draining()
-        return await handler(request)
-
-    return middleware
 
 
 class Admission:

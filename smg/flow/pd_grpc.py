@@ -1,8 +1,9 @@
-"""Prefill/decode disaggregation over gRPC: the token pipeline's answer comes from a PD pair.
+"""Prefill/decode disaggregation over gRPC: a token-mode answer from a PD pair.
 
-The request is templated and tokenized once; the pair is picked as in HTTP PD (`smg.pipeline.pd`)
-and the decode engine's stream goes through the same output shaper as any gRPC answer. How the
-KV cache gets from prefill to decode depends on the decode engine's runtime:
+The request is templated and tokenized once (prepare); the pair is picked as in HTTP PD
+(`Pairing`), and the decode engine's events go through the surface's renderer like any engine
+answer (render.py), so chat, completions and SGLang's /generate all run through PD. How the KV
+cache gets from prefill to decode depends on the decode engine's runtime:
 
 * SGLang: the same `GenerateRequest` goes to both at once, with `disaggregated_params` naming the
   prefill's bootstrap host and port and a random room (the proto's field is int32, so 31 bits).
@@ -15,9 +16,14 @@ KV cache gets from prefill to decode depends on the decode engine's runtime:
   connector's params, which the decode request then carries.
 
 A failing leg cancels the other one and the client gets 502 `pd_prefill_failed` /
-`pd_decode_failed` (an error event if its stream has started), except that a prefill failing
-before the client was sent anything (a non-streamed request, or a stream not yet started) is
-retried once on another prefill, with a new decode leg (HTTP PD does not retry).
+`pd_decode_failed` (an error event if its stream has started; legs.py), except that a prefill
+failing before the client was sent anything (a non-streamed request, or a stream not yet
+started) is retried on another prefill, with a new decode leg, `prefill_retries` times (HTTP PD
+does not retry). One deadline covers every attempt and leg.
+
+One attempt, step by step (`_attempt`): pick the pair (`Pairing.pick`); open the legs
+(`_open_legs`: the prefill's rendezvous or KV params, then the decode stream); answer the client
+from the decode stream (`_Answer.send`); on a failed leg, retry or tell the client (`_failed`).
 """
 
 from __future__ import annotations
@@ -25,27 +31,33 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+import random
 
 import structlog
 from aiohttp import web
-from google.protobuf import json_format
 
 from smg import errors
-from smg.api.pd_routes import LegFailed, PdRoutes, fail_client, leg_done
-from smg.api.relay import ROUTED_WORKER_HEADER
+from smg.clock import Clock
 from smg.core.snapshots import WorkerSnapshot
+from smg.flow import render
+from smg.flow.legs import LegFailed, fail_client
+from smg.flow.prepare import Prepared
+from smg.flow.render import (
+    PREFILL_WORKER_HEADER,
+    ROUTED_WORKER_HEADER,
+    SSE_HEADERS,
+    Renderer,
+    RenderFactory,
+)
+from smg.flow.request import Request
+from smg.flow.runner import Pairing, Runner, settle
 from smg.pipeline import pd
 from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.grpc_contract import SGLANG
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, start_stream
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineRequest, Finished
-from smg.pipeline.output import OutputShaper
 from smg.pipeline.policies.base import RouteRequest
-
-if TYPE_CHECKING:
-    from smg.api.pipeline_routes import PipelineRoutes, Prepared
 
 log = structlog.get_logger("smg.pd")
 
@@ -62,7 +74,6 @@ VLLM_PREFILL_KV = json.dumps(
     },
     separators=(",", ":"),
 )
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
 def sglang_legs(
@@ -72,20 +83,6 @@ def sglang_legs(
     the discovered one, when the prefill was added without one)."""
     port = prefill.bootstrap_port or port or 0
     return dataclasses.replace(req, bootstrap=(pd.bootstrap_host(prefill.url), port, room))
-
-
-async def server_args(client: EngineClient, timeout_s: float) -> dict[str, Any]:
-    """An SGLang engine's `GetServerInfo().server_args` as a dict.
-
-    EngineClient has no public server-info call yet (its module belongs to the gRPC adapter),
-    so this goes through its probe stub; move it there when one exists.
-    """
-    reply = await client._unary(
-        client._probe.GetServerInfo,
-        client._pb.GetServerInfoRequest(),
-        timeout_s,
-    )
-    return json_format.MessageToDict(reply.server_args)
 
 
 def vllm_prefill(req: EngineRequest) -> EngineRequest:
@@ -126,139 +123,178 @@ def _another_prefill(candidates: tuple[WorkerSnapshot, ...], failed: str, now: f
     )
 
 
+class _Answer:
+    """The client's side of one attempt: the decode leg's events, rendered; `outcome` is the
+    decode engine's (None: unknown, the client left or the leg was cancelled)."""
+
+    __slots__ = ("client", "decode", "headers", "out", "outcome", "resp")
+
+    def __init__(self, client: web.Request, req: Request, pair: pd.PdPair) -> None:
+        self.client = client
+        self.decode = pair.decode
+        self.headers = {
+            "X-Request-Id": req.client_id,  # the client's, echoed
+            ROUTED_WORKER_HEADER: pair.decode.worker_id,
+            PREFILL_WORKER_HEADER: pair.prefill.worker_id,
+        }
+        self.outcome: bool | None = None
+        self.resp: web.StreamResponse | None = None  # a stream, once started
+        self.out: web.StreamResponse | None = None  # the answer, once complete
+
+    @property
+    def started(self) -> bool:
+        """The client has been sent something (no retry after that)."""
+        return self.resp is not None and self.resp.prepared
+
+    def finish(self, ok: bool | None) -> None:
+        self.outcome = ok
+
+    async def send(
+        self, engine: EngineStream, renderer: Renderer, stream: bool, engine_id: str
+    ) -> None:
+        if stream:
+            self.resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self.headers})
+            await render.stream(self.client, self.resp, engine, renderer, engine_id, self.finish)
+            self.out = self.resp
+            return
+        try:
+            self.out = await render.whole(engine, renderer, self.headers, engine_id, self.finish)
+        except errors.ApiError as exc:
+            raise LegFailed(pd.DECODE, f"{self.decode.url}: {renderer.error}") from exc
+
+
 class GrpcPd:
     def __init__(
         self,
         *,
-        routes: PdRoutes,
+        runner: Runner,
+        pairing: Pairing,
         engines: EnginePool,
+        rng: random.Random,
         timeout_s: float,
         prefill_retries: int = 1,
     ) -> None:
-        self.routes = routes
+        self.runner = runner
+        self.pairing = pairing
         self.engines = engines
+        self.rng = rng
+        self.clock: Clock = pairing.clock
         self.timeout_s = timeout_s
         self.prefill_retries = prefill_retries  # other prefills tried after one fails (0: none)
         self._bootstrap_ports: dict[str, int] = {}  # discovered, by prefill URL
 
-    async def run(
+    async def serve(
         self,
-        pipeline: PipelineRoutes,
-        request: web.Request,
+        client: web.Request,
+        req: Request,
         prepared: Prepared,
         route: RouteRequest,
-        engine_request: EngineRequest,
+        render_with: RenderFactory,
     ) -> web.StreamResponse:
         """Serve through a PD pair; a prefill that fails before the client got anything is
         left out and the request tried again on another pair, `prefill_retries` times at most
         (each retry under a fresh request id, so the aborts of the old legs cannot hit it). One
         deadline covers every attempt and leg (a leg gets what is left of it)."""
         failed: set[str] = set()
-        req = engine_request
-        deadline = self.routes.clock.now() + self.timeout_s
+        first = prepared.engine_request(req.stream)
+        engine_request = first
+        deadline = self.clock.now() + self.timeout_s
         while True:
-            candidates = tuple(
-                w for w in pipeline.runner.candidates(prepared.model) if w.url not in failed
-            )
+            candidates = tuple(w for w in self.runner.candidates(req.model) if w.url not in failed)
             may_retry = len(failed) < self.prefill_retries
+            renderer = render_with(prepared.spec, prepared.tokenizer.decode_sync, self.clock.now)
             try:
                 return await self._attempt(
-                    pipeline, request, prepared, route, req, candidates, may_retry, deadline
+                    client, req, route, engine_request, renderer, candidates, may_retry, deadline
                 )
             except _RetryPrefill as retry:
                 failed.add(retry.url)
                 log.warning("pd_prefill_retry", failed=retry.url, attempt=len(failed))
-                req = dataclasses.replace(
-                    engine_request, request_id=f"{engine_request.request_id}-r{len(failed)}"
+                engine_request = dataclasses.replace(
+                    first, request_id=f"{first.request_id}-r{len(failed)}"
                 )
 
     async def _attempt(
         self,
-        pipeline: PipelineRoutes,
-        request: web.Request,
-        prepared: Prepared,
+        client: web.Request,
+        req: Request,
         route: RouteRequest,
         engine_request: EngineRequest,
+        renderer: Renderer,
         candidates: tuple[WorkerSnapshot, ...],
         may_retry: bool,
         deadline: float,
     ) -> web.StreamResponse:
-        r = self.routes
-        if r.clock.now() >= deadline:
+        if self.clock.now() >= deadline:
             raise errors.upstream_timeout(self.timeout_s)
-        pair = pd.select_pair(
-            candidates,
-            route,
-            prefill_policy=r.prefill_policy,
-            decode_policy=r.decode_policy,
-            now=r.clock.now(),
-        )
-        for w in (pair.prefill, pair.decode):
-            r.metrics.selected(w, prepared.model)
-        headers = {
-            "X-Request-Id": request["request_id"],  # the client's, echoed
-            ROUTED_WORKER_HEADER: pair.decode.worker_id,
-            "X-SMG-Prefill-Worker-Id": pair.prefill.worker_id,
-        }
-        shaper = OutputShaper(prepared.spec, prepared.tokenizer.decode_sync)
-        resp: web.StreamResponse | None = None
-        out: web.StreamResponse | None = None
+        pair = self.pairing.pick(candidates, route)
+        answer = _Answer(client, req, pair)
         failure: LegFailed | None = None
-        outcome: list[bool | None] = [None]  # the decode leg's; None: unknown
-
-        def finish(ok: bool | None) -> None:
-            outcome[0] = ok
-
         pair.decode.counter.active += 1  # the prefill leg counts itself
         try:
             async with asyncio.TaskGroup() as tg:
-                decode_client = self._client(pd.DECODE, pair.decode)
-                if decode_client.runtime == SGLANG:
-                    room = r.rng.getrandbits(ROOM_BITS_GRPC)
-                    port = await self._bootstrap_port(pair.prefill)
-                    decode_req = sglang_legs(engine_request, pair.prefill, room, port)
-                    tg.create_task(self._prefill(pair.prefill, decode_req, False, deadline))
-                else:
-                    kv = await self._prefill(
-                        pair.prefill, vllm_prefill(engine_request), True, deadline
-                    )
-                    assert kv is not None
-                    decode_req = vllm_decode(engine_request, kv)
-                engine = await self._start(pd.DECODE, pair.decode, decode_req, deadline)
-                if engine_request.stream:
-                    resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
-                    await pipeline.stream(request, resp, engine, shaper, finish)
-                    out = resp
-                else:
-                    try:
-                        out = await pipeline.whole(engine, shaper, headers, finish)
-                    except errors.ApiError as exc:
-                        raise LegFailed(pd.DECODE, f"{pair.decode.url}: {shaper.error}") from exc
+                engine = await self._open_legs(tg, pair, engine_request, deadline)
+                await answer.send(engine, renderer, req.stream, engine_request.request_id)
         except* LegFailed as group:
             failure = next(e for e in group.exceptions if isinstance(e, LegFailed))
             if failure.role == pd.DECODE:
-                outcome[0] = False
+                answer.outcome = False
         finally:
-            leg_done(pair.decode, outcome[0])
+            settle(pair.decode, answer.outcome)
         if failure is None:
-            assert out is not None
-            return out
+            assert answer.out is not None
+            return answer.out
+        return await self._failed(
+            failure, answer, req, pair, candidates, may_retry, engine_request.request_id
+        )
+
+    async def _open_legs(
+        self,
+        tg: asyncio.TaskGroup,
+        pair: pd.PdPair,
+        engine_request: EngineRequest,
+        deadline: float,
+    ) -> EngineStream:
+        """Start the prefill leg (SGLang: alongside, in `tg`; vLLM: to its end, for its KV
+        params) and then the decode leg's stream."""
+        if self._client(pd.DECODE, pair.decode).runtime == SGLANG:
+            room = self.rng.getrandbits(ROOM_BITS_GRPC)
+            port = await self._bootstrap_port(pair.prefill)
+            decode_req = sglang_legs(engine_request, pair.prefill, room, port)
+            tg.create_task(self._prefill(pair.prefill, decode_req, False, deadline))
+        else:
+            kv = await self._prefill(pair.prefill, vllm_prefill(engine_request), True, deadline)
+            assert kv is not None
+            decode_req = vllm_decode(engine_request, kv)
+        return await self._start(pd.DECODE, pair.decode, decode_req, deadline)
+
+    async def _failed(
+        self,
+        failure: LegFailed,
+        answer: _Answer,
+        req: Request,
+        pair: pd.PdPair,
+        candidates: tuple[WorkerSnapshot, ...],
+        may_retry: bool,
+        engine_id: str,
+    ) -> web.StreamResponse:
+        """A leg failed: retry on another prefill if nothing was sent yet, else tell the client."""
         log.warning(
             "pd_leg_failed",
             role=failure.role,
             detail=failure.detail,
             grpc=True,
-            request_id=request["request_id"],
-            engine_id=engine_request.request_id,
+            request_id=req.client_id,
+            engine_id=engine_id,
         )
         if (
             may_retry
             and failure.role == pd.PREFILL
-            and (resp is None or not resp.prepared)
-            and _another_prefill(candidates, pair.prefill.url, r.clock.now())
+            and not answer.started
+            and _another_prefill(candidates, pair.prefill.url, self.clock.now())
         ):
             raise _RetryPrefill(pair.prefill.url)
-        return await fail_client(resp, failure.api_error(), ended=bool(outcome[0]))
+        return await fail_client(answer.resp, failure.api_error(), ended=bool(answer.outcome))
 
     async def _bootstrap_port(self, prefill: WorkerSnapshot) -> int:
         """The prefill's KV bootstrap port: configured, cached, or asked of the engine."""
@@ -269,7 +305,7 @@ class GrpcPd:
             return known
         client = self._client(pd.PREFILL, prefill)
         try:
-            args = await server_args(client, min(self.timeout_s, client.rpc_timeout_s))
+            args = await client.server_args(min(self.timeout_s, client.rpc_timeout_s))
         except (UpstreamError, EngineError) as exc:
             raise LegFailed(pd.PREFILL, f"{prefill.url}: GetServerInfo failed: {exc}") from exc
         port = pd.bootstrap_port_from(args)
@@ -291,7 +327,7 @@ class GrpcPd:
     ) -> EngineStream:
         try:
             client = self.engines.client(worker.url)
-            left = max(0.001, deadline - self.routes.clock.now())
+            left = max(0.001, deadline - self.clock.now())
             return await start_stream(client, req, left)
         except UpstreamError as exc:
             raise LegFailed(role, exc.detail) from exc
@@ -325,4 +361,4 @@ class GrpcPd:
             self._bootstrap_ports.pop(worker.url, None)  # re-ask a restarted engine
             raise
         finally:
-            leg_done(worker, success)  # cancelled (the decode leg failed): outcome unknown
+            settle(worker, success)  # cancelled (the decode leg failed): outcome unknown

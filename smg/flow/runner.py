@@ -1,4 +1,4 @@
-"""The request runner: pick a worker, open the attempt, retry elsewhere, report the outcome.
+"""The request runner: pick a plan, open the attempt, retry elsewhere, report the outcome.
 
 Retries happen only before the client has seen a byte of the answer: a connection failure or a
 retryable status re-selects a worker (excluding the ones that just failed, while others remain)
@@ -8,6 +8,10 @@ backoff that would outlast it is not taken, and a timeout is never retried (the 
 spent). Every attempt holds the worker's in-flight count and reports its outcome to the worker's
 actor (`tell`), which owns the circuit breaker; an outcome is reported only when it says
 something about the worker (a client that left says nothing: `finish(attempt, None)`).
+
+The plan of an attempt is one worker (`select`, for the single-worker dispatcher) or, in PD mode,
+a prefill/decode pair (`Pairing.pick`); the PD dispatchers hold and `settle` each leg's worker
+the same way `open` and `finish` do a single worker.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from smg.clock import Clock
 from smg.core.circuit_breaker import is_failure_status
 from smg.core.retry import RetryPolicy, is_retryable_status
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
+from smg.pipeline import pd
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.policies.base import Policy, RouteRequest
 
@@ -64,6 +69,42 @@ def report(worker: WorkerSnapshot, success: bool) -> None:
         ref.tell(Outcome(success))
     except Exception:  # a stopped or full worker mailbox must not fail the request path
         pass
+
+
+def settle(worker: WorkerSnapshot, success: bool | None) -> None:
+    """An attempt on `worker` (or a PD leg) is over: release its in-flight count and report the
+    outcome, unless it is unknown (None: the client left, or the attempt was cancelled)."""
+    counter = worker.counter
+    counter.active -= 1
+    counter.processed += 1
+    if success is not None:
+        report(worker, success)
+
+
+class Pairing:
+    """PD mode's plan: a (prefill, decode) pair, each role picked by its own policy."""
+
+    def __init__(
+        self, prefill_policy: Policy, decode_policy: Policy, clock: Clock, metrics: RunnerMetrics
+    ) -> None:
+        self.prefill_policy = prefill_policy
+        self.decode_policy = decode_policy
+        self.clock = clock
+        self.metrics = metrics
+
+    def pick(self, candidates: tuple[WorkerSnapshot, ...], route: RouteRequest) -> pd.PdPair:
+        """Raises `no_prefill_worker` / `no_decode_worker` (503)."""
+        pair = pd.select_pair(
+            candidates,
+            route,
+            prefill_policy=self.prefill_policy,
+            decode_policy=self.decode_policy,
+            now=self.clock.now(),
+        )
+        model = route.model or ""
+        self.metrics.selected(pair.prefill, model)
+        self.metrics.selected(pair.decode, model)
+        return pair
 
 
 class Runner:
@@ -182,11 +223,7 @@ class Runner:
         if attempt.finished:
             return
         attempt.finished = True
-        counter = attempt.worker.counter
-        counter.active -= 1
-        counter.processed += 1
-        if success is not None:
-            report(attempt.worker, success)
+        settle(attempt.worker, success)
 
     async def _backoff(self, worker: WorkerSnapshot, attempt: int, deadline: float) -> bool:
         """Wait before the next attempt; False (no wait) when the wait would outlast the
@@ -202,30 +239,3 @@ class Runner:
 def outcome_of(status: int) -> bool:
     """Success as the circuit breaker counts it."""
     return not is_failure_status(status)
-
-
-def route_text(body: dict[str, Any]) -> str | None:
-    """The text cache-aware and hashing policies key on: the prompt, or the messages' text."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        return "".join(p for p in prompt if isinstance(p, str))
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        parts: list[str] = []
-        for m in messages:
-            if not isinstance(m, dict):
-                continue
-            content = m.get("content")
-            if isinstance(content, str):
-                parts.append(content)
-            elif isinstance(content, list):
-                for piece in content:
-                    if isinstance(piece, dict) and isinstance(piece.get("text"), str):
-                        parts.append(piece["text"])
-        return "".join(parts)
-    inp = body.get("input")
-    if isinstance(inp, str):
-        return inp
-    return None

@@ -1,34 +1,42 @@
-"""Relaying an HTTP worker's answer to the client, whole or as a stream.
+"""An HTTP worker's answer to the client, relayed as bytes, whole or as a stream.
 
-Streams are relayed chunk by chunk as they arrive (`write` waits for the client to drain: that is
-the back-pressure) under the idle limit; a whole answer is read up to the size cap first. A
-worker that dies, stalls or overflows ends the client's answer with an error (an error event once
-a stream has started), never a hang, and counts as that worker's failure.
+The worker already speaks the client's protocol (OpenAI, or SGLang's /generate), so nothing is
+parsed and re-serialised: its chunks are the events, relayed as they arrive (`write` waits for
+the client to drain: that is the back-pressure) under the idle limit; a whole answer is read up
+to the size cap first. A worker that dies, stalls or overflows ends the client's answer with an
+error (an error event once a stream has started), never a hang, and counts as that worker's
+failure.
 
 A client that leaves (aiohttp cancels the handler, or a write finds the connection gone) drops
 the upstream connection at once and reports nothing about the worker: `finish(attempt, None)`.
 Any other outcome is the worker's. Client-facing errors name no worker; the log does.
+
+`pump` and `read_whole` are the byte paths both this relay and the PD decode leg over HTTP
+(pd_http.py) use.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import structlog
 from aiohttp import web
 
 from smg import errors
+from smg.core.idle import Watch
+from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS
+from smg.flow.runner import Attempt, Runner, outcome_of
 from smg.pipeline.backends.http import (
     DROP_RESPONSE,
     HttpBackend,
     IdleTimeout,
     ResponseTooLarge,
 )
-from smg.pipeline.runner import Attempt, Runner, outcome_of
 
 log = structlog.get_logger("smg.relay")
 
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-ROUTED_WORKER_HEADER = "X-SMG-Routed-Worker-Id"  # the worker's id (a UUID), never its URL
+UPSTREAM_FAILURES = (TimeoutError, aiohttp.ClientError, ResponseTooLarge)
 
 
 def sse_error(err: errors.ApiError) -> bytes:
@@ -55,13 +63,35 @@ def upstream_failure(
     return errors.upstream_broken()
 
 
-UPSTREAM_FAILURES = (TimeoutError, aiohttp.ClientError, ResponseTooLarge)
-
-
 def is_event_stream(upstream: aiohttp.ClientResponse) -> bool:
     """A streamed answer: 200 and SSE. Anything else (an error, or a worker that answers a
     stream request with one JSON document) is read whole, under the size cap."""
     return upstream.status == 200 and upstream.content_type == "text/event-stream"
+
+
+def answer_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
+    """The worker's response headers the client may see (no hop-by-hop ones, not its id)."""
+    return {k: v for k, v in upstream.headers.items() if k.lower() not in DROP_RESPONSE}
+
+
+async def pump(
+    upstream: aiohttp.ClientResponse, write: Callable[[bytes], Awaitable[None]], watch: Watch
+) -> BaseException | None:
+    """Relay `upstream`'s body chunk by chunk to `write` until it ends (None) or fails (the
+    failure, one of `UPSTREAM_FAILURES`, returned). A client gone raises `ConnectionError` from
+    `write`; time spent writing to a slow client never counts as the worker's silence."""
+    read = upstream.content.readany
+    while True:
+        try:
+            chunk = await read()
+        except UPSTREAM_FAILURES as exc:
+            return exc
+        if not chunk:
+            return None
+        watch.progress += 1
+        watch.busy = True  # a slow client is not an idle worker
+        await write(chunk)
+        watch.busy = False
 
 
 class HttpRelay:
@@ -71,13 +101,13 @@ class HttpRelay:
 
     async def answer(
         self,
-        request: web.Request,
+        client: web.Request,
         attempt: Attempt[aiohttp.ClientResponse],
         request_id: str,
         stream: bool,
     ) -> web.StreamResponse:
         if stream and is_event_stream(attempt.response):
-            return await self.stream(request, attempt, request_id)
+            return await self.stream(client, attempt, request_id)
         return await self.whole(attempt, request_id)  # size-capped, whatever the client asked
 
     async def whole(
@@ -96,7 +126,7 @@ class HttpRelay:
                 ) from None
             read = True
             success = outcome_of(upstream.status)
-            headers = {k: v for k, v in upstream.headers.items() if k.lower() not in DROP_RESPONSE}
+            headers = answer_headers(upstream)
             headers["X-Request-Id"] = request_id
             headers[ROUTED_WORKER_HEADER] = attempt.worker.worker_id
             return web.Response(body=data, status=upstream.status, headers=headers)
@@ -109,7 +139,7 @@ class HttpRelay:
 
     async def stream(
         self,
-        request: web.Request,
+        client: web.Request,
         attempt: Attempt[aiohttp.ClientResponse],
         request_id: str,
     ) -> web.StreamResponse:
@@ -124,24 +154,12 @@ class HttpRelay:
         success: bool | None = None  # stays None if the client leaves (cancelled, or a write
         try:  # finds the connection gone): that says nothing about the worker
             try:
-                await resp.prepare(request)
-                write = resp.write
-                read = upstream.content.readany
-                while True:
-                    try:
-                        chunk = await read()
-                    except UPSTREAM_FAILURES as exc:
-                        success = False
-                        err = upstream_failure(backend, exc, request_id, worker_id)
-                        await write(sse_error(err))
-                        break
-                    if not chunk:
-                        success = True
-                        break
-                    watch.progress += 1
-                    watch.busy = True  # a slow client is not an idle worker
-                    await write(chunk)
-                    watch.busy = False
+                await resp.prepare(client)
+                failure = await pump(upstream, resp.write, watch)
+                success = failure is None
+                if failure is not None:
+                    err = upstream_failure(backend, failure, request_id, worker_id)
+                    await resp.write(sse_error(err))
                 await resp.write_eof()
             except ConnectionError:  # the client left; `finally` drops the upstream
                 pass

@@ -1,0 +1,316 @@
+"""The gateway process: what it is made of, and its lifespan.
+
+`Gateway(cfg)` builds everything the config decides without IO (a refused worker URL, an
+unusable certificate or a bad auth flag fails here, before anything starts). `run()` owns the
+root of the task tree, in named steps:
+
+1. `check_startup_names`: the command-line workers' host names resolve to allowed addresses;
+2. `_worker_session`: the HTTP client session to the workers (address policy at every connect);
+3. the workers' supervisor and the core supervisor, entered here; `CoreActors.start` starts the
+   core actors under them (app/actors.py), then the mesh;
+4. `_register_startup_workers`: the command-line workers (and PD roles) join the registry;
+5. `_serve`: the request flow and the HTTP application built (`build_flow`, `build_app`), the
+   listeners opened, and the process serves until `stop`;
+6. `_drain` on stop: new requests get 503 (readiness says "draining"), in-flight requests get
+   the grace period, then what is left is cancelled; the mesh is left; the listeners close, then
+   the actors stop as their supervisors exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import random
+from collections.abc import AsyncIterator
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from smg.actors.cache_index import CacheTreeCollector
+from smg.actors.supervisor import Strategy, Supervisor
+from smg.api.admin_routes import AdminRoutes
+from smg.api.auth import AuthGate
+from smg.api.connection_guard import ConnectionGuard
+from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
+from smg.api.mesh_setup import GatewayMesh
+from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
+from smg.api.native_routes import NativeRoutes
+from smg.api.openai_routes import OpenAIRoutes
+from smg.app.actors import CoreActors
+from smg.app.flow import build_flow
+from smg.app.outbound import (
+    address_guard,
+    check_startup_names,
+    http_backend,
+    idle_sweeper,
+    startup_workers,
+)
+from smg.clock import Clock, LoopClock
+from smg.config import (
+    GatewayConfig,
+    check_limits,
+    effective_max_concurrency,
+    effective_max_connections,
+)
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell
+from smg.flow.admission import Admission
+from smg.flow.inflight import InFlight
+from smg.flow.serve import Flow
+from smg.metrics import Metrics
+from smg.pipeline.backends.grpc_pool import EnginePool
+from smg.pipeline.backends.http import HttpBackend
+from smg.pipeline.kv_index import KvIndexes
+from smg.pipeline.loads import LoadBoard
+from smg.pipeline.policies import CacheAwarePolicy, make_policy
+from smg.pipeline.tokenizer import Tokenizer
+from smg.tls import GatewayTls
+
+log = structlog.get_logger("smg.gateway")
+
+# After answering without reading a body (413, 401, 503...), aiohttp reads and drops what the
+# client still sends for this long, so the client sees the answer instead of a reset; short, as
+# a sender of an endless body holds its connection (and our CPU) that long.
+_LINGER_S = 2.0
+
+
+class Gateway:
+    def __init__(
+        self,
+        cfg: GatewayConfig,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.cfg = cfg
+        # a malformed --prefill entry or a worker URL the address policy refuses fails here,
+        # before anything starts (host names are resolved and checked at the start of `run`)
+        self.url_guard = address_guard(cfg)
+        self.idle = idle_sweeper(cfg)
+        self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
+        check_limits(cfg.limits)
+        self.clock: Clock = clock or LoopClock()
+        self.auth = AuthGate.from_config(cfg, self.clock.now)  # a bad auth flag fails here too
+        self.rng = rng or random.Random()
+        self.draining = False
+        self.registry_cell: SnapshotCell[RegistrySnapshot] = SnapshotCell(RegistrySnapshot())
+        self.inflight = InFlight()
+        adm = cfg.admission
+        self.admission = Admission(
+            effective_max_concurrency(adm, os.cpu_count() or 1),
+            adm.queue_size,
+            adm.queue_timeout_secs,
+            self.clock,
+        )
+        self.guard = ConnectionGuard(
+            cfg.limits,
+            max_connections=effective_max_connections(cfg.limits, open_file_limit()),
+            budget_timeout_s=adm.queue_timeout_secs,
+            clock=self.clock,
+        )
+        self.loads: SnapshotCell[LoadBoard] = SnapshotCell(LoadBoard())
+        self.policy = make_policy(
+            cfg.routing.policy, cfg.routing, self.rng, self.clock.now, loads=self.loads
+        )
+        self.kv_indexes = KvIndexes()
+        if isinstance(self.policy, CacheAwarePolicy) and not cfg.routing.disable_kv_events:
+            self.policy.kv_index = self.kv_indexes
+        self.tokenizers: SnapshotCell[dict[str, Tokenizer]] = SnapshotCell({})
+        self.engines = EnginePool(
+            rpc_timeout_s=cfg.health.health_check_timeout_secs,
+            tls=self.tls.workers,
+            address_guard=self.url_guard,
+            idle=self.idle,
+            max_response_bytes=cfg.upstream.max_upstream_response_bytes,
+        )
+        self.metrics = Metrics(
+            lambda: self.registry_cell.value,
+            lambda: self.admission,
+            cfg.routing.policy,
+            lambda: self.tokenizers.value,
+        )
+        self.actors = CoreActors(
+            cfg,
+            policy=self.policy,
+            registry_cell=self.registry_cell,
+            loads=self.loads,
+            kv_indexes=self.kv_indexes,
+            tokenizers=self.tokenizers,
+            engines=self.engines,
+            metrics=self.metrics,
+            idle=self.idle,
+        )
+        self.mesh = GatewayMesh(cfg, self.clock, self.rng)
+        if isinstance(self.policy, CacheAwarePolicy):
+            self.mesh.cache_state = self.policy.state
+            self.metrics.registry.register(CacheTreeCollector(self.policy.state))
+        if self.mesh.enabled:
+            self.metrics.registry.register(self.mesh.collector())
+        self.metrics.registry.register(self.guard.collector())
+        self.bound_port: int | None = None
+        self.bound_metrics_port: int | None = None
+        self.started = asyncio.Event()
+
+    # --- the HTTP application --------------------------------------------------------------------
+    def build_flow(self, backend: HttpBackend) -> Flow:
+        return build_flow(
+            self.cfg,
+            backend=backend,
+            engines=self.engines,
+            registry=self.registry_cell,
+            tokenizers=self.tokenizers,
+            loads=self.loads,
+            policy=self.policy,
+            admission=self.admission,
+            inflight=self.inflight,
+            metrics=self.metrics,
+            clock=self.clock,
+            rng=self.rng,
+        )
+
+    def build_app(self, flow: Flow) -> web.Application:
+        srv = self.cfg.server
+        app = web.Application(
+            client_max_size=srv.max_payload_size,
+            middlewares=[
+                edge_middleware(self.auth, self.metrics),
+                refuse_while_draining(lambda: self.draining),
+                *self.mesh.middlewares(),
+            ],
+            handler_args=None,
+        )
+        self.auth.install(app)
+        OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
+        NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
+        AdminRoutes(
+            registry_cell=self.registry_cell,
+            registry=self.actors.registry,
+            is_draining=lambda: self.draining,
+            max_payload=srv.max_payload_size,
+            url_guard=self.url_guard,
+            pd_mode=self.cfg.pd.pd_disaggregation,
+            on_added=self.mesh.announce_add,
+            on_removed=self.mesh.announce_remove,
+        ).install(app)
+        self.mesh.install(app)
+        return app
+
+    # --- lifespan --------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        await check_startup_names(self.cfg, self.url_guard)
+        async with self._worker_session() as session:
+            backend = http_backend(session, self.cfg, self.idle)
+            async with (
+                Supervisor("workers", strategy=Strategy.ONE_FOR_ONE, clock=self.clock) as wsup,
+                Supervisor("core", strategy=Strategy.REST_FOR_ONE, clock=self.clock) as core,
+            ):
+                registry = await self.actors.start(core, wsup, backend)
+                await self.mesh.start(core, registry, self.registry_cell)
+                await self._register_startup_workers()
+                try:
+                    await self._serve(self.build_flow(backend), stop)
+                finally:
+                    await self.engines.close()
+        log.info("gateway_stopped")
+
+    @contextlib.asynccontextmanager
+    async def _worker_session(self) -> AsyncIterator[aiohttp.ClientSession]:
+        connector = aiohttp.TCPConnector(
+            limit=0,
+            ttl_dns_cache=300,
+            force_close=False,
+            ssl=self.tls.workers.http,
+            socket_factory=self.url_guard.socket_factory,  # every connect: the address policy
+        )
+        async with aiohttp.ClientSession(
+            connector=connector,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            auto_decompress=False,
+        ) as session:
+            yield session
+
+    async def _register_startup_workers(self) -> None:
+        registry = self.actors.registry()
+        for msg in startup_workers(self.cfg):
+            self.mesh.announce_add(msg, await registry.ask(msg, 10.0))
+
+    async def _serve(self, flow: Flow, stop: asyncio.Event) -> None:
+        cfg = self.cfg
+        web_runner = web.AppRunner(
+            self.build_app(flow),
+            access_log=None,
+            handler_cancellation=True,
+            keepalive_timeout=cfg.limits.keepalive_timeout_secs,
+            lingering_time=_LINGER_S,
+        )
+        await web_runner.setup()
+        metrics_runner: web.AppRunner | None = None
+        try:
+            metrics_runner = await self._listen(web_runner)
+            self.started.set()
+            # Everything built at start-up lives as long as the process: keep it out of the
+            # collector's generations so the per-request garbage is all it scans.
+            gc.collect()
+            gc.freeze()
+            async with asyncio.TaskGroup() as tg:
+                sweeper = tg.create_task(self.guard.run(), name="connection-sweeper")
+                try:
+                    await stop.wait()
+                    await self._drain()
+                    await self.mesh.leave()
+                finally:
+                    sweeper.cancel()
+        finally:
+            await web_runner.cleanup()
+            if metrics_runner is not None:
+                await metrics_runner.cleanup()
+
+    async def _listen(self, web_runner: web.AppRunner) -> web.AppRunner | None:
+        """Open the client listener and the metrics one; the metrics runner, if any."""
+        cfg = self.cfg
+        assert web_runner.server is not None
+        site = await start_site(
+            web_runner,
+            cfg.server.host,
+            cfg.server.port,
+            protocol_factory=self.guard.factory(web_runner.server),
+            handshake_timeout_s=cfg.limits.header_timeout_secs or None,
+            ssl_context=self.tls.server,
+        )
+        self.bound_port = bound_port(site)
+        gate = [metrics_middleware(self.auth)]  # /metrics: a control-plane credential, any role
+        metrics = await start_metrics(
+            cfg.observability,
+            cfg.server.host,
+            self.metrics.render,
+            gate,
+            ssl_context=self.tls.server,
+        )
+        metrics_runner = None
+        if metrics is not None:
+            metrics_runner, self.bound_metrics_port = metrics
+        log.info(
+            "gateway_listening",
+            host=cfg.server.host,
+            port=self.bound_port,
+            tls=self.tls.server is not None,
+            metrics_port=self.bound_metrics_port,
+            policy=cfg.routing.policy,
+            workers=len(cfg.workers.worker_urls),
+            max_connections=self.guard.max_connections,
+        )
+        return metrics_runner
+
+    async def _drain(self) -> None:
+        self.draining = True  # new requests get 503 shutting_down, readiness says "draining"
+        self.admission.close()  # and so do the queued ones
+        grace = self.cfg.server.shutdown_grace_period_secs
+        log.info("gateway_draining", in_flight=len(self.inflight), grace_s=grace)
+        try:
+            await asyncio.wait_for(self.inflight.wait_empty(), grace)
+        except TimeoutError:
+            n = self.inflight.cancel_all("shutdown grace period over")
+            log.warning("gateway_drain_timeout", cancelled=n)
+            await asyncio.sleep(0)

@@ -1,0 +1,50 @@
+"""The requests in flight: a table of their tasks, which the drain waits on.
+
+A request's work is its aiohttp handler task: nothing else runs for it, and the one thing ever
+said to it from outside is "cancel" at the end of a drain's grace period. So the lifecycle is a
+table, not an actor: an actor per request would need a task and a mailbox of its own (a second
+task per request doubles the scheduling on the hot path) to receive that one message, which
+`Task.cancel` delivers already. `Flow.serve` adds the current task when the request is admitted
+and removes it when its answer has ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class InFlight:
+    __slots__ = ("_empty", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._empty = asyncio.Event()
+        self._empty.set()
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def add(self) -> asyncio.Task[Any]:
+        """Register the running task (the request's handler); `remove` it when it is done."""
+        task = asyncio.current_task()
+        assert task is not None, "a request runs in a task"
+        self.tasks.add(task)
+        if len(self.tasks) == 1:
+            self._empty.clear()
+        return task
+
+    def remove(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        if not self.tasks:
+            self._empty.set()
+
+    async def wait_empty(self) -> None:
+        await self._empty.wait()
+
+    def cancel_all(self, reason: str) -> int:
+        """Cancel every request still running (the drain's grace period is over)."""
+        tasks = [t for t in self.tasks if not t.done()]
+        for t in tasks:
+            t.cancel(reason)
+        return len(tasks)

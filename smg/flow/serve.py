@@ -1,0 +1,105 @@
+"""`Flow`: the one entry the API edges call.
+
+`serve(req, render_with, client)` runs a request from its typed value to the client's answer:
+the model must be known (404 before a permit is taken); token mode's checks that need no IO
+run before admission too; then the request takes its admission permit and its place in the
+in-flight table for as long as its answer runs, is prepared (token mode) or passed through, and
+goes to the dispatcher of its plan:
+
+    token mode?  PD mode?   dispatcher
+    no           no         SingleWorker: one HTTP worker, the client's bytes relayed
+    no           yes        HttpPd: a prefill/decode pair over HTTP, the decode's bytes relayed
+    yes          no         SingleWorker: one engine (or an HTTP worker of a mixed fleet)
+    yes          yes        GrpcPd: a prefill/decode pair of engines
+
+Every dispatcher answers through the same render and relay paths and the same runner (retries,
+deadline, breaker reports, metrics), whatever surface asked.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from smg import errors
+from smg.flow.admission import Admission
+from smg.flow.inflight import InFlight
+from smg.flow.pd_grpc import GrpcPd
+from smg.flow.pd_http import HttpPd
+from smg.flow.prepare import Preparer, token_mode
+from smg.flow.render import RenderFactory
+from smg.flow.request import Request
+from smg.flow.runner import Runner
+from smg.flow.single import SingleWorker
+from smg.pipeline.engine_ids import engine_body
+from smg.pipeline.tokenizer import Tokenizer
+
+
+class Flow:
+    def __init__(
+        self,
+        *,
+        runner: Runner,
+        admission: Admission,
+        inflight: InFlight,
+        preparer: Preparer,
+        single: SingleWorker,
+        http_pd: HttpPd | None = None,
+        grpc_pd: GrpcPd | None = None,
+    ) -> None:
+        self.runner = runner
+        self.admission = admission
+        self.inflight = inflight
+        self.preparer = preparer
+        self.single = single
+        self.http_pd = http_pd  # PD mode: every request goes to a prefill/decode pair
+        self.grpc_pd = grpc_pd
+
+    async def serve(
+        self, req: Request, render_with: RenderFactory, client: web.Request
+    ) -> web.StreamResponse:
+        """The client's answer to `req`; `render_with` makes the surface's renderer for an
+        engine's events. Client-facing failures raise `ApiError`."""
+        candidates = self.runner.candidates(req.model)  # unknown model: 404 before a permit
+        tokens = token_mode(req, candidates)
+        sampling = self.preparer.check(req) if tokens else None
+        raw = engine_body(req.raw, req.body, req.engine_id)
+        await self.admission.acquire()
+        task = self.inflight.add()
+        try:
+            if sampling is not None:
+                prepared = await self.preparer.prepare(req, sampling, candidates)
+                route = self.preparer.route(req, prepared)
+                if self.grpc_pd is not None:
+                    return await self.grpc_pd.serve(client, req, prepared, route, render_with)
+                return await self.single.serve(client, req, raw, route, prepared, render_with)
+            route = self.preparer.route(req, None)
+            if self.http_pd is not None:
+                return await self.http_pd.serve(client, req, route, candidates)
+            return await self.single.serve(client, req, raw, route, None, render_with)
+        finally:
+            self.inflight.remove(task)
+            self.admission.release()
+
+    # --- what the native edges ask besides answers -----------------------------------------------
+    def resolve_model(self, model: object) -> str:
+        """The model a native request names (404 if unknown), or the only one served."""
+        if isinstance(model, str) and model:
+            self.runner.candidates(model)
+            return model
+        served = list(self.runner.registry.value.by_model)
+        if len(served) == 1:
+            return served[0]
+        if not served:
+            raise errors.no_healthy_worker()
+        raise errors.missing_field("model")
+
+    def tokenizer(self, model: str) -> Tokenizer:
+        """The gateway's tokenizer for `model` (models served by gRPC engines have one)."""
+        tok = self.preparer.tokenizers.value.get(model)
+        if tok is None:
+            raise errors.invalid_request(
+                f"Model '{model}' has no tokenizer in the gateway (HTTP workers only?)",
+                param="model",
+                code="tokenizer_not_available",
+            )
+        return tok

@@ -1,0 +1,94 @@
+"""One worker per attempt: the dispatch plan outside PD mode.
+
+The runner picks a worker and opens the attempt through its transport adapter, retrying on
+another worker before anything reaches the client: a gRPC engine gets the prepared token request
+(`start_stream`: its first events are already in when the attempt counts as open), an HTTP
+worker the client's own bytes (`HttpBackend.open`: the status line is in). In token mode a mixed
+fleet may hand the request to either; in pass-through mode there are HTTP workers only. The
+answer then goes to the client through the renderer (an engine's events) or the byte relay (an
+HTTP worker's answer), which settles the attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from smg.core.snapshots import WorkerSnapshot
+from smg.flow import render
+from smg.flow.prepare import Prepared
+from smg.flow.relay import HttpRelay
+from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS, RenderFactory
+from smg.flow.request import Request
+from smg.flow.runner import Attempt, Runner
+from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
+from smg.pipeline.policies.base import RouteRequest
+
+
+class SingleWorker:
+    def __init__(self, *, runner: Runner, relay: HttpRelay, engines: EnginePool) -> None:
+        self.runner = runner
+        self.relay = relay
+        self.engines = engines
+
+    async def serve(
+        self,
+        client: web.Request,
+        req: Request,
+        raw: bytes,
+        route: RouteRequest,
+        prepared: Prepared | None,
+        render_with: RenderFactory,
+    ) -> web.StreamResponse:
+        """`raw`: the bytes an HTTP worker gets (engine ids already the gateway's)."""
+        attempt = await self.runner.open(
+            model=req.model,
+            route=route,
+            send=self._sender(req, raw, prepared),
+            request_id=req.client_id,
+        )
+        if isinstance(attempt.response, aiohttp.ClientResponse):
+            return await self.relay.answer(client, attempt, req.client_id, req.stream)
+        assert prepared is not None
+        return await self._render(client, req, attempt, prepared, render_with)
+
+    def _sender(
+        self, req: Request, raw: bytes, prepared: Prepared | None
+    ) -> Callable[[WorkerSnapshot, float], Awaitable[Any]]:
+        """How one attempt is opened on a worker, by its transport; `timeout_s` is what is left
+        of the request's deadline. Both carry the gateway's engine id, never the client's."""
+        engine_request = None if prepared is None else prepared.engine_request(req.stream)
+        engines, backend = self.engines, self.relay.backend
+        path, headers, engine_id = req.path, req.headers, req.engine_id
+
+        def send(worker: WorkerSnapshot, timeout_s: float) -> Awaitable[Any]:
+            if engine_request is not None and is_grpc_url(worker.url):
+                return start_stream(engines.client(worker.url), engine_request, timeout_s)
+            fwd = backend.forward_headers(headers, worker, engine_id)
+            return backend.open(worker, path, raw, fwd, timeout_s)
+
+        return send
+
+    async def _render(
+        self,
+        client: web.Request,
+        req: Request,
+        attempt: Attempt[EngineStream],
+        prepared: Prepared,
+        render_with: RenderFactory,
+    ) -> web.StreamResponse:
+        renderer = render_with(prepared.spec, prepared.tokenizer.decode_sync, self.runner.clock.now)
+        headers = {"X-Request-Id": req.client_id, ROUTED_WORKER_HEADER: attempt.worker.worker_id}
+        runner = self.runner
+
+        def finish(ok: bool | None) -> None:
+            runner.finish(attempt, ok)
+
+        if not req.stream:
+            return await render.whole(attempt.response, renderer, headers, req.engine_id, finish)
+        resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+        await render.stream(client, resp, attempt.response, renderer, req.engine_id, finish)
+        return resp

@@ -104,7 +104,14 @@ def test_a_malformed_rate_limit_counter_never_turns_requests_into_500(
     sim = launch.sim("m")
     assert a.gw.request("POST", "/workers", {"url": sim.url}).status == 202
     wait_until(lambda: a.chat_ok(), 10.0, "the worker serves")
-    wait_until(lambda: time.time() % 10 < 1.0, 12.0, "a fresh window", interval_s=0.01)
+    # the next window, not this one: the probes above must not count against the 20
+    served_in = math.floor(time.time() / 10)
+    wait_until(
+        lambda: math.floor(time.time() / 10) > served_in and time.time() % 10 < 1.0,
+        12.0,
+        "a fresh window",
+        interval_s=0.01,
+    )
     window = math.floor(time.time() / 10)
     bad = [window, {"anonymous": "x", "t:tenant": [1]}, {"anonymous": None}]
     mine = f"{insider.node_id}/rl"  # the insider's own key: ownership lets it write there

@@ -7,15 +7,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from event_log import worker_snapshot
 from radix_checks import check_invariants
 
 from smg.actors.cache_index import (
     MAX_SLICE_UNITS,
     MIN_SLICE_UNITS,
+    CacheIndex,
     CacheIndexActor,
     Evict,
-    ForgetWorker,
 )
+from smg.actors.messages import WorkerRemoved
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock, settle
@@ -35,13 +37,23 @@ class Cand:
 
 
 class Env:
+    """A cache-aware policy reading the state the actor owns, as the gateway builds them."""
+
     def __init__(self) -> None:
         self.clock = FakeClock(start=0.0)
         self.t = 0.0
+        self.cfg = RoutingConfig(max_tree_size=BOUND, eviction_interval_secs=0)
+        # the state's own bound left at its default, as the policy's was: no pass is asked for
+        self.index = CacheIndex(RoutingConfig())
         self.policy = CacheAwarePolicy(
-            cache_threshold=0.5, balance_abs_threshold=64, balance_rel_threshold=1.5, now=self.now
+            cache_threshold=0.5,
+            balance_abs_threshold=64,
+            balance_rel_threshold=1.5,
+            now=self.now,
+            state=self.index.state,
+            recorder=self.index.lane,
         )
-        tree = self.policy.state.tree("m")
+        tree = self.index.state.tree("m")
         for i in range(200):  # 2 x 100 keys of 8 tokens: 800 per worker, twice the bound
             tree.insert([i, 1, 2, 3, 4, 5, 6, 7], WORKERS[i & 1], self.now())
         self.actor: CacheIndexActor | None = None
@@ -51,8 +63,7 @@ class Env:
         return self.t
 
     def make(self) -> CacheIndexActor:
-        cfg = RoutingConfig(max_tree_size=BOUND, eviction_interval_secs=0)
-        self.actor = CacheIndexActor(self.policy, cfg, max_slice_units=8)
+        self.actor = CacheIndexActor(self.cfg, index=self.index, max_slice_units=8)
         return self.actor
 
 
@@ -117,7 +128,7 @@ async def test_forget_worker_waits_for_the_pass_and_then_applies(
 ) -> None:
     e, ref = env
     ref.tell(Evict())
-    await ref.ask(ForgetWorker("w0"), timeout=5.0)
+    await ref.ask(WorkerRemoved(worker_snapshot("w0"), imported=False), timeout=5.0)
     tree = e.policy.state.tree("m")
     assert tree.tenant_sizes() == {"w1": BOUND}
     check_invariants(tree)
@@ -134,7 +145,7 @@ async def test_forget_worker_waits_for_the_pass_and_then_applies(
     ],
 )
 def test_slice_size_adapts_to_the_target(units: int, elapsed_s: float, after: int) -> None:
-    actor = CacheIndexActor(None, RoutingConfig())
+    actor = CacheIndexActor(RoutingConfig())
     actor.slice_units = units
     actor._adapt(elapsed_s)
     assert actor.slice_units == after

@@ -10,13 +10,16 @@ from typing import Any
 
 import grpc
 import pytest
+from event_log import EventLog
 from smg_grpc_proto.generated import common_pb2
 from smg_grpc_proto.generated import sglang_scheduler_pb2 as sgl
 from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as sgl_grpc
 from smg_grpc_proto.generated import vllm_engine_pb2 as vll
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as vll_grpc
 
+from smg.actors.event_bus import EventBus
 from smg.actors.kv_events import KvEventsActor, KvEventsConfig, KvStatus, Unwatch, Watch, backoff_s
+from smg.actors.messages import EngineLoadReported
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock
@@ -79,13 +82,18 @@ async def engine(vocab: Vocab, runtime: str = "vllm") -> AsyncIterator[Engine]:
 
 @contextlib.asynccontextmanager
 async def actor(
-    clock: FakeClock, on_load: Callable[[str, Any], None] | None = None
+    clock: FakeClock, loads: list[Any] | None = None
 ) -> AsyncIterator[tuple[ActorRef, KvIndexes]]:
+    """The actor, publishing on a bus; `loads` collects its `EngineLoadReported` events."""
     indexes = KvIndexes()
     cfg = KvEventsConfig(backoff_initial_s=0.5, backoff_max_s=4.0)
+    bus = EventBus()
     async with Supervisor(clock=clock) as sup:
+        if loads is not None:
+            log = await sup.start_child(ChildSpec("loads", lambda: EventLog(loads)))
+            bus.subscribe(log, (EngineLoadReported,))
         ref = await sup.start_child(
-            ChildSpec("kv", lambda: KvEventsActor(cfg, indexes=indexes, on_load=on_load))
+            ChildSpec("kv", lambda: KvEventsActor(cfg, indexes=indexes, events=bus))
         )
         yield ref, indexes
         ref.stop()
@@ -111,15 +119,15 @@ def test_backoff_doubles_to_the_cap() -> None:
 
 @pytest.mark.parametrize("runtime", ["vllm", "sglang"])
 async def test_prompt_blocks_show_up_in_the_index(vocab: Vocab, runtime: str) -> None:
-    loads: list[tuple[str, Any]] = []
+    loads: list[Any] = []
     async with (
         engine(vocab, runtime) as eng,
-        actor(FakeClock(), lambda wid, load: loads.append((wid, load))) as (ref, indexes),
+        actor(FakeClock(), loads) as (ref, indexes),
     ):
         ref.tell(Watch("w1", MODEL, eng.client.subscribe_kv_events))
         index = indexes.for_model(MODEL)
         await until(lambda: bool(loads))  # the load record sent before the first batch
-        assert loads[0][0] == "w1" and loads[0][1].load_only
+        assert loads[0].worker_id == "w1" and loads[0].load.load_only
         assert index.match(["w1"], PROMPTS[0]) == {}  # no event batch yet: not authoritative
         await eng.generate(PROMPTS[0])
         await until(lambda: index.match(["w1"], PROMPTS[0]).get("w1", 0) >= 2)

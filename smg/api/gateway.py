@@ -12,24 +12,22 @@ import asyncio
 import gc
 import os
 import random
-from typing import Any
 
 import aiohttp
 import structlog
 from aiohttp import web
 
 from smg import errors
-from smg.actors.cache_index import CacheIndexActor, CacheTreeCollector, ForgetWorker
-from smg.actors.idle_sweeper import IdleSweeperActor
-from smg.actors.kv_events import KvEventsActor, KvEventsConfig, Unwatch, Watch
-from smg.actors.load_monitor import ForgetWorker as ForgetLoad
-from smg.actors.load_monitor import LoadMonitorActor, LoadReport, make_fetch, monitoring_enabled
-from smg.actors.registry import RegistryActor
+from smg.actors.cache_index import CacheTreeCollector, routing_policy
+from smg.actors.event_bus import EventBus
+from smg.actors.kv_events import engine_source
+from smg.actors.load_monitor import make_fetch
 from smg.actors.request import InFlight
 from smg.actors.runtime import ActorRef
-from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
-from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
-from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
+from smg.actors.snapshots import RegistrySnapshot, SnapshotCell
+from smg.actors.supervisor import Strategy, Supervisor
+from smg.actors.system import ActorDeps, start_actors
+from smg.actors.tokenizers import EnsureTokenizer
 from smg.api.admin_routes import AdminRoutes
 from smg.api.admission import Admission, refuse_while_draining
 from smg.api.auth import AuthGate
@@ -57,14 +55,13 @@ from smg.config import (
     effective_max_concurrency,
     effective_max_connections,
 )
-from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
 from smg.metrics import Metrics
 from smg.pipeline.backends.grpc import EngineClient
-from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber, is_grpc_url
+from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber
 from smg.pipeline.backends.http import HttpBackend, HttpProber
 from smg.pipeline.kv_index import KvIndexes
-from smg.pipeline.loads import LoadBoard, WorkerLoad
+from smg.pipeline.loads import LoadBoard
 from smg.pipeline.parser_choice import ParserChoice
 from smg.pipeline.policies import CacheAwarePolicy, Policy, make_policy
 from smg.pipeline.runner import Runner
@@ -116,16 +113,14 @@ class Gateway:
             clock=self.clock,
         )
         self.loads: SnapshotCell[LoadBoard] = SnapshotCell(LoadBoard())
-        self.policy = make_policy(
-            cfg.routing.policy, cfg.routing, self.rng, self.clock.now, loads=self.loads
+        self.events = EventBus()  # worker lifecycle and mesh imports, between the actors
+        self.policy, self.cache_index = routing_policy(
+            cfg.routing, self.rng, self.clock.now, self.loads
         )
-        self._load_monitor: ActorRef | None = None
-        self._kv_events: ActorRef | None = None
-        self.kv_indexes = KvIndexes()
+        self.kv_indexes: KvIndexes | None = None  # followed from the engines' KV events
         if isinstance(self.policy, CacheAwarePolicy) and not cfg.routing.disable_kv_events:
-            self.policy.kv_index = self.kv_indexes
+            self.kv_indexes = self.policy.kv_index = KvIndexes()
         self._registry: ActorRef | None = None
-        self._cache_index: ActorRef | None = None
         self._tokenizer_registry: ActorRef | None = None
         self.tokenizers: SnapshotCell[dict[str, Tokenizer]] = SnapshotCell({})
         self.engines = EnginePool(
@@ -142,9 +137,9 @@ class Gateway:
             lambda: self.tokenizers.value,
         )
         self.mesh = GatewayMesh(cfg, self.clock, self.rng)
-        if isinstance(self.policy, CacheAwarePolicy):
-            self.mesh.cache_state = self.policy.state
-            self.metrics.registry.register(CacheTreeCollector(self.policy.state))
+        if self.cache_index is not None:
+            self.mesh.cache_state = self.cache_index.state
+            self.metrics.registry.register(CacheTreeCollector(self.cache_index))
         if self.mesh.enabled:
             self.metrics.registry.register(self.mesh.collector())
         self.metrics.registry.register(self.guard.collector())
@@ -215,8 +210,6 @@ class Gateway:
             max_payload=srv.max_payload_size,
             url_guard=self.url_guard,
             pd_mode=self.cfg.pd.pd_disaggregation,
-            on_added=self.mesh.announce_add,
-            on_removed=self.mesh.announce_remove,
         ).install(app)
         self.mesh.install(app)
         return app
@@ -288,69 +281,36 @@ class Gateway:
                 Supervisor("workers", strategy=Strategy.ONE_FOR_ONE, clock=self.clock) as wsup,
                 Supervisor("core", strategy=Strategy.REST_FOR_ONE, clock=self.clock) as core,
             ):
-                self._tokenizer_registry = await core.start_child(
-                    ChildSpec(
-                        "tokenizers",
-                        lambda: TokenizerRegistryActor(self.tokenizers, cfg.tokenizer),
-                    )
-                )
-                self._cache_index = await core.start_child(
-                    ChildSpec(
-                        "cache_index",
-                        lambda: CacheIndexActor(self.policy, cfg.routing),
-                    )
-                )
-                self._registry = await core.start_child(
-                    ChildSpec(
-                        "registry",
-                        lambda: RegistryActor(
-                            cell=self.registry_cell,
-                            workers_sup=wsup,
-                            prober=prober,
-                            health_cfg=cfg.health,
-                            breaker_cfg=cfg.breaker,
-                            on_removed=self._on_worker_removed,
-                            on_transition=self._on_transition,
+                actors = await start_actors(
+                    core,
+                    wsup,
+                    ActorDeps(
+                        cfg=cfg,
+                        events=self.events,
+                        registry_cell=self.registry_cell,
+                        prober=prober,
+                        tokenizers=self.tokenizers,
+                        cache=self.cache_index,
+                        policies=(self.policy,),
+                        loads=self.loads,
+                        load_fetch=make_fetch(
+                            self.engines, backend, timeout_s=cfg.health.health_check_timeout_secs
                         ),
-                    )
+                        kv_indexes=self.kv_indexes,
+                        kv_source=engine_source(self.engines),
+                        idle=self.idle,
+                        transitions=self.metrics,
+                    ),
                 )
-                if monitoring_enabled(cfg.routing):
-                    self._load_monitor = await core.start_child(
-                        ChildSpec(
-                            "load_monitor",
-                            lambda: LoadMonitorActor(
-                                cell=self.loads,
-                                workers=lambda: self.registry_cell.value.workers,
-                                fetch=make_fetch(
-                                    self.engines,
-                                    backend,
-                                    timeout_s=cfg.health.health_check_timeout_secs,
-                                ),
-                                interval_s=cfg.routing.load_monitor_interval,
-                            ),
-                        )
-                    )
-                if isinstance(self.policy, CacheAwarePolicy) and not cfg.routing.disable_kv_events:
-                    self._kv_events = await core.start_child(
-                        ChildSpec(
-                            "kv_events",
-                            lambda: KvEventsActor(
-                                KvEventsConfig(), indexes=self.kv_indexes, on_load=self._on_kv_load
-                            ),
-                        )
-                    )
-                if self.idle is not None:
-                    idle = self.idle
-                    await core.start_child(
-                        ChildSpec("idle_sweeper", lambda: IdleSweeperActor(idle))
-                    )
-                await self.mesh.start(core, self._registry, self.registry_cell)
+                self._tokenizer_registry, self._registry = actors.tokenizers, actors.registry
+                await self.mesh.start(core, self._registry, self.registry_cell, self.events)
                 for msg in startup_workers(cfg):
-                    self.mesh.announce_add(msg, await self._registry.ask(msg, 10.0))
+                    await self._registry.ask(msg, 10.0)  # the mesh hears of it as an event
                 try:
                     await self._serve(runner, backend, stop)
                 finally:
                     await self.engines.close()
+        self.events.close()
         log.info("gateway_stopped")
 
     async def _serve(self, runner: Runner, backend: HttpBackend, stop: asyncio.Event) -> None:
@@ -436,30 +396,3 @@ class Gateway:
             EnsureTokenizer(model, client), _TOKENIZER_LOAD_TIMEOUT_S
         )
         return result
-
-    def _on_worker_removed(self, snap: WorkerSnapshot) -> None:
-        if self._cache_index is not None and self._cache_index.alive:
-            self._cache_index.tell(ForgetWorker(snap.worker_id))
-        if self._load_monitor is not None and self._load_monitor.alive:
-            self._load_monitor.tell(ForgetLoad(snap.worker_id))
-        if self._kv_events is not None and self._kv_events.alive:
-            self._kv_events.tell(Unwatch(snap.worker_id))
-
-    def _on_transition(self, snap: WorkerSnapshot, kind: str, value: Any) -> None:
-        to = getattr(value, "value", None) if kind == "health" else getattr(value, "name", "")
-        self.metrics.transition(snap.url, kind, str(to).lower())
-        if (
-            kind == "health"
-            and value is HealthStatus.READY
-            and self._kv_events is not None
-            and snap.model_id is not None
-            and is_grpc_url(snap.url)
-        ):
-            # A worker that (re)became ready: follow its KV events (re-watching replaces the
-            # stream; the index rebuilds from the engine's replay).
-            client = self.engines.client(snap.url)
-            self._kv_events.tell(Watch(snap.worker_id, snap.model_id, client.subscribe_kv_events))
-
-    def _on_kv_load(self, worker_id: str, load: Any) -> None:
-        if self._load_monitor is not None and self._load_monitor.alive:
-            self._load_monitor.tell(LoadReport(worker_id, WorkerLoad.from_engine_load(load)))

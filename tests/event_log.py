@@ -1,0 +1,34 @@
+"""Helpers for tests of the actors' events: an actor that keeps every message it is told (a
+subscriber to watch the event bus with), and a worker snapshot to put in events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from smg.actors.runtime import Actor
+from smg.actors.snapshots import WorkerSnapshot
+from smg.actors.worker import initial_snapshot
+from smg.config import CircuitBreakerConfig
+from smg.core.circuit_breaker import CircuitBreaker
+
+
+class EventLog(Actor):
+    def __init__(self, into: list[Any]) -> None:
+        super().__init__()
+        self.into = into
+
+    async def handle(self, message: Any) -> Any:
+        self.into.append(message)
+        return None
+
+
+def worker_snapshot(worker_id: str, model_id: str | None = "m", url: str = "") -> WorkerSnapshot:
+    """A registered worker's first snapshot (pending), at `http://<worker_id>:8000` by default."""
+    return initial_snapshot(
+        worker_id,
+        url or f"http://{worker_id}:8000",
+        model_id=model_id,
+        worker_type="regular",
+        api_key=None,
+        breaker=CircuitBreaker(CircuitBreakerConfig()),
+    )

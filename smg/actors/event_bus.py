@@ -98,7 +98,9 @@ class EventBus:
         if sub.delivery is Delivery.RESYNC and not sub.lagging:
             sub.lagging = True
             sub.resyncs += 1
-            log.warning("event_dropped_resync", subscriber=sub.ref.name, event=type(event).__name__)
+            log.warning(
+                "event_dropped_resync", subscriber=sub.ref.name, event_type=type(event).__name__
+            )
             try:
                 sub.ref.tell_control(_RESYNC)
             except MailboxClosed:

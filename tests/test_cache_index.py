@@ -17,8 +17,10 @@ from smg.actors.cache_index import (
     CacheIndexActor,
     Evict,
 )
-from smg.actors.messages import WorkerRemoved
+from smg.actors.event_bus import EventBus
+from smg.actors.messages import CacheHintsImported, Resync, WorkerRemoved
 from smg.actors.runtime import ActorRef
+from smg.actors.snapshots import RegistrySnapshot, SnapshotCell
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock, settle
 from smg.config import RoutingConfig
@@ -149,3 +151,79 @@ def test_slice_size_adapts_to_the_target(units: int, elapsed_s: float, after: in
     actor.slice_units = units
     actor._adapt(elapsed_s)
     assert actor.slice_units == after
+
+
+# --- ownership: the policy reads, the actor changes ----------------------------------------------
+def prompt(i: int) -> RouteRequest:
+    return RouteRequest(tokens=[7, 7, 7, 7, 7, 7, 7, 7, i], model="m")
+
+
+def owned() -> tuple[CacheIndex, CacheAwarePolicy]:
+    index = CacheIndex(RoutingConfig(eviction_interval_secs=0), lane_capacity=8)
+    clock = iter(range(1, 1 << 30))
+    policy = CacheAwarePolicy(
+        cache_threshold=0.5,
+        balance_abs_threshold=64,
+        balance_rel_threshold=1.5,
+        now=lambda: float(next(clock)),
+        state=index.state,
+        recorder=index.lane,
+    )
+    return index, policy
+
+
+async def test_the_policy_never_changes_the_state_only_its_owner_does() -> None:
+    index, policy = owned()
+    cands = [Cand(w) for w in WORKERS]
+    for i in range(5):
+        assert policy.select(cands, prompt(i)) is not None  # no owner yet: decisions wait
+    assert index.state.models == () and len(index.lane) == 5  # not even an empty tree made
+    policy.on_worker_removed("w0")  # the owner's business: a no-op for this policy
+    async with Supervisor("cache", clock=FakeClock()) as sup:
+        actor = CacheIndexActor(RoutingConfig(eviction_interval_secs=0), index=index)
+        ref = await sup.start_child(ChildSpec("cache_index", lambda: actor))
+        assert len(index.lane) == 0 and actor.applied_total == 5  # taken over at start
+        tree = index.state.find("m")
+        assert tree.match([7] * 8).matched == 8
+        for i in range(5, 10):  # routed back to back in one loop turn: one batch
+            policy.select(cands, prompt(i))
+        assert tree.match([7] * 8 + [9]).matched == 8, "the trees lag by one loop turn"
+        await settle()
+        assert (actor.applied_total, actor.batches) == (10, 2)
+        assert tree.match([7] * 8 + [9]).matched == 9
+        held = set(tree.tenant_sizes())
+        await ref.ask(WorkerRemoved(worker_snapshot(sorted(held)[0]), imported=False), 5.0)
+        assert sorted(held)[0] not in index.state.tenants()
+    assert not index.lane.attached
+
+
+def test_a_full_lane_drops_decisions_and_counts_them() -> None:
+    index, policy = owned()  # nobody drains the lane (8 places)
+    for i in range(11):
+        assert policy.select([Cand(w) for w in WORKERS], prompt(i)) is not None
+    assert len(index.lane) == 8 and index.lane.skipped == 3 and index.skipped == 3
+
+
+async def test_hints_arrive_as_events_and_resync_forgets_the_departed() -> None:
+    index, _ = owned()
+    registry: SnapshotCell[RegistrySnapshot] = SnapshotCell(
+        RegistrySnapshot.build((worker_snapshot("w1"),))
+    )
+    async with Supervisor("cache", clock=FakeClock()) as sup:
+        bus = EventBus()
+        cfg = RoutingConfig(eviction_interval_secs=0)
+        await sup.start_child(
+            ChildSpec(
+                "cache_index",
+                lambda: CacheIndexActor(cfg, index=index, registry=registry, events=bus),
+            )
+        )
+        assert bus.publish(CacheHintsImported((("w0", (b"h0",)), ("w1", (b"h1",))))) == 1
+        await settle()
+        assert index.state.hints.workers() == {"w0", "w1"}
+        index.state.tree("m").insert("abc", "w0", 1.0)
+        assert bus.publish(Resync()) == 0  # the bus sends Resync itself, on overflow
+        sub = bus.subscriptions()[0]
+        sub.ref.tell_control(Resync())
+        await settle()
+        assert index.state.tenants() == {"w1"}  # w0 is not in the registry: forgotten

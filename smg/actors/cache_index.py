@@ -180,7 +180,8 @@ class CacheIndexActor(Actor):
         self.max_slice_units = max_slice_units
         self.slice_units = min(FIRST_SLICE_UNITS, max_slice_units)
         self.evicted_total = 0
-        self.applied_total = 0
+        self.applied_total = 0  # decisions recorded
+        self.batches = 0  # ... in this many batches
         self.passes = 0
         self.last_pass_slices = 0
         self.max_slice_s = 0.0  # the longest slice so far: the worst stall eviction caused
@@ -248,6 +249,7 @@ class CacheIndexActor(Actor):
         for model, key, worker_id, now in batch:
             record(model, key, worker_id, now)
         self.applied_total += len(batch)
+        self.batches += bool(batch)
         if state.take_pressure():
             self._wake()
 

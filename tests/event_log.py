@@ -1,14 +1,18 @@
 """Helpers for tests of the actors' events: an actor that keeps every message it is told (a
-subscriber to watch the event bus with), and a worker snapshot to put in events."""
+subscriber to watch the event bus with), a worker snapshot to put in events, and the registry
+(the lifecycle's publisher) as a supervisor's child."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from smg.actors.event_bus import EventBus
+from smg.actors.registry import RegistryActor
 from smg.actors.runtime import Actor
-from smg.actors.snapshots import WorkerSnapshot
-from smg.actors.worker import initial_snapshot
-from smg.config import CircuitBreakerConfig
+from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
+from smg.actors.supervisor import ChildSpec, Supervisor
+from smg.actors.worker import Prober, initial_snapshot
+from smg.config import CircuitBreakerConfig, HealthConfig
 from smg.core.circuit_breaker import CircuitBreaker
 
 
@@ -31,4 +35,25 @@ def worker_snapshot(worker_id: str, model_id: str | None = "m", url: str = "") -
         worker_type="regular",
         api_key=None,
         breaker=CircuitBreaker(CircuitBreakerConfig()),
+    )
+
+
+def registry_spec(
+    cell: SnapshotCell[RegistrySnapshot],
+    workers: Supervisor,
+    prober: Prober,
+    events: EventBus,
+    health: HealthConfig | None = None,
+    breaker: CircuitBreakerConfig | None = None,
+) -> ChildSpec:
+    return ChildSpec(
+        "registry",
+        lambda: RegistryActor(
+            cell=cell,
+            workers_sup=workers,
+            prober=prober,
+            health_cfg=health or HealthConfig(),
+            breaker_cfg=breaker or CircuitBreakerConfig(),
+            events=events,
+        ),
     )

@@ -9,16 +9,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from event_log import registry_spec
 
 from smg.actors.event_bus import EventBus
 from smg.actors.mesh_sync import MeshSyncActor
 from smg.actors.messages import AddWorker, MeshDocumentsChanged, ProbeResult, RemoveWorker, Resync
-from smg.actors.registry import RegistryActor
 from smg.actors.runtime import ActorRef
 from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock, settle
-from smg.config import CircuitBreakerConfig, HealthConfig
 from smg.mesh.identity import NodeIdentity
 from smg.mesh.replica import Replica
 from smg.mesh.worker_records import HybridClock, WorkerDirectory
@@ -61,19 +60,7 @@ async def node() -> AsyncIterator[Node]:
         Supervisor("workers", clock=clock) as wsup,
         Supervisor("core", clock=clock) as core,
     ):
-        registry = await core.start_child(
-            ChildSpec(
-                "registry",
-                lambda: RegistryActor(
-                    cell=cell,
-                    workers_sup=wsup,
-                    prober=probe,
-                    health_cfg=HealthConfig(),
-                    breaker_cfg=CircuitBreakerConfig(),
-                    events=bus,
-                ),
-            )
-        )
+        registry = await core.start_child(registry_spec(cell, wsup, probe, bus))
         sync = await core.start_child(
             ChildSpec(
                 "mesh_sync",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from event_log import EventLog
+from event_log import EventLog, registry_spec
 
 from smg.actors.event_bus import EventBus
 from smg.actors.messages import (
@@ -19,7 +19,7 @@ from smg.actors.messages import (
     WorkerModelChanged,
     WorkerRemoved,
 )
-from smg.actors.registry import DuplicateWorker, RegistryActor
+from smg.actors.registry import DuplicateWorker
 from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock, TimerHandle, settle
@@ -66,19 +66,7 @@ async def start(
     await wsup.__aenter__()
     await core.__aenter__()
     bus.subscribe(await core.start_child(ChildSpec("log", lambda: EventLog(events))), LIFECYCLE)
-    registry = await core.start_child(
-        ChildSpec(
-            "registry",
-            lambda: RegistryActor(
-                cell=cell,
-                workers_sup=wsup,
-                prober=prober,
-                health_cfg=HEALTH,
-                breaker_cfg=BREAKER,
-                events=bus,
-            ),
-        )
-    )
+    registry = await core.start_child(registry_spec(cell, wsup, prober, bus, HEALTH, BREAKER))
     return cell, registry, (wsup, core)
 
 

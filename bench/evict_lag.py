@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Event-loop stall while `CacheIndexActor` evicts a large cache-aware prefix tree.
 
-Builds a `CacheAwarePolicy` holding `--n` prefixes (random token ids or text, round-robin over
-4 workers), then asks the cache-index actor for one eviction pass to `--keep` of each worker's
-size while two things run on the same loop:
+Builds a `CacheIndex` (the state the actor owns, read by a `CacheAwarePolicy`) holding `--n`
+prefixes (random token ids or text, round-robin over 4 workers), then asks the cache-index actor
+for one eviction pass to `--keep` of each worker's size while two things run on the same loop:
 
 - a ticker sleeping 1 ms at a time, recording how late it wakes (the loop's stall);
-- a request task calling `policy.select` (match + insert, the request path) then `sleep(0)`.
+- a request task calling `policy.select` (the request path: a match, its decision into the
+  actor's lane, which the actor records between slices) then `sleep(0)`.
 
 Reports the ticker's lag p50/p99/max during the pass, the actor's longest eviction slice, the
 pass's wall time, the elements freed and how many requests were routed while the pass ran (a
@@ -32,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from smg.actors.cache_index import CacheIndexActor, Evict
+from smg.actors.cache_index import CacheIndex, CacheIndexActor, Evict
 from smg.actors.runtime import ActorCell
 from smg.config import RoutingConfig
 from smg.pipeline.policies.base import RouteRequest
@@ -71,23 +72,26 @@ async def one_pass(args: argparse.Namespace, rng: random.Random) -> dict[str, fl
         t[0] += 1.0
         return t[0]
 
+    # the per-worker bound alone (no byte cap): the pass this bench times
+    index = CacheIndex(RoutingConfig(max_tree_bytes=1 << 40))
     policy = CacheAwarePolicy(
         cache_threshold=0.5,
         balance_abs_threshold=64,
         balance_rel_threshold=1.5,
         now=now,
-        max_tree_bytes=1 << 40,  # the per-worker bound alone: the pass this bench times
+        state=index.state,
+        recorder=index.lane,
     )
-    tree = policy.state.tree("m")
+    tree = index.state.tree("m")
     for i, k in enumerate(keys(rng, args.kind, args.n, args.length)):
         tree.insert(k, WORKERS[i & 3], now())
     bound = int(max(tree.tenant_sizes().values()) * args.keep)
-    cfg = RoutingConfig(max_tree_size=bound, eviction_interval_secs=0)
+    cfg = RoutingConfig(max_tree_size=bound, max_tree_bytes=1 << 40, eviction_interval_secs=0)
     fresh = keys(rng, args.kind, 2000, args.length)
     cands = [Cand(w) for w in WORKERS]
     gc.collect()
 
-    cell = ActorCell("cache_index", lambda: CacheIndexActor(policy, cfg))
+    cell = ActorCell("cache_index", lambda: CacheIndexActor(cfg, index=index))
     lags: list[float] = []
     routed = [0]
     done = asyncio.Event()

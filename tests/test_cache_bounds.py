@@ -12,7 +12,7 @@ import pytest
 from radix_checks import check_invariants
 from test_cache_index import Cand
 
-from smg.actors.cache_index import CacheIndexActor, CacheTreeCollector
+from smg.actors.cache_index import CacheIndex, CacheIndexActor, CacheTreeCollector
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock
@@ -29,13 +29,18 @@ WORKERS = ("w0", "w1", "w2")
 CAP = 400_000
 
 
-def policy(max_bytes: int = CAP, max_size: int = 1 << 62) -> CacheAwarePolicy:
+def policy(
+    max_bytes: int = CAP, max_size: int = 1 << 62, index: CacheIndex | None = None
+) -> CacheAwarePolicy:
+    """A policy owning its state; with `index`, one reading the state an actor owns."""
     clock = iter(range(1, 1 << 30))
     return CacheAwarePolicy(
         cache_threshold=0.5,
         balance_abs_threshold=64,
         balance_rel_threshold=1.5,
         now=lambda: float(next(clock)),
+        state=None if index is None else index.state,
+        recorder=None if index is None else index.lane,
         max_tree_bytes=max_bytes,
         max_tree_size=max_size,
     )
@@ -46,12 +51,18 @@ def route(p: CacheAwarePolicy, i: int, length: int = 2_000, model: str = "m") ->
     return p.select([Cand(w) for w in WORKERS], RouteRequest(text=text, model=model))
 
 
+def pressure(p: CacheAwarePolicy, pressed: list[int], value: int = 1) -> None:
+    """What the state's owner does after recording: a pass asked for goes into `pressed`."""
+    if p.state.take_pressure():
+        pressed.append(value)
+
+
 def test_the_cap_holds_after_every_insert_without_any_eviction() -> None:
     p = policy()
     pressed: list[int] = []
-    p.state.on_pressure = lambda: pressed.append(p.state.total_bytes)
     for i in range(1_000):  # ~2 MB of unique prompts against a 400 KB cap
         assert route(p, i) is not None  # a request is routed whether recorded or not
+        pressure(p, pressed, p.state.total_bytes)
         assert p.state.total_bytes <= CAP
     assert p.state.skipped > 500
     assert len(pressed) == 1 and pressed[0] > CAP * EVICT_ABOVE  # once until a pass ends
@@ -61,12 +72,12 @@ def test_the_cap_holds_after_every_insert_without_any_eviction() -> None:
 def test_a_pass_takes_the_bytes_back_and_rearms_the_call() -> None:
     p = policy()
     pressed: list[int] = []
-    p.state.on_pressure = lambda: pressed.append(1)
     for i in range(400):
         route(p, i, model=f"model-{i % 2}")  # two trees share the cap
+        pressure(p, pressed)
     assert pressed == [1]
     held_before = held(p, range(400))
-    p.evict(1 << 62)
+    p.state.evict(1 << 62)
     for model in p.state.models:
         check_invariants(p.state.tree(model))
     assert p.state.total_bytes <= CAP * EVICT_TO
@@ -78,6 +89,7 @@ def test_a_pass_takes_the_bytes_back_and_rearms_the_call() -> None:
         assert 0 < len(after) < len(before) and after == before[len(before) - len(after) :]
     for i in range(400, 800):
         route(p, i, model=f"model-{i % 2}")
+        pressure(p, pressed)
     assert pressed == [1, 1]
 
 
@@ -97,14 +109,15 @@ def held(p: CacheAwarePolicy, prompts: range) -> list[int]:
 def test_crossing_the_per_worker_bound_asks_for_a_pass() -> None:
     p = policy(max_bytes=1 << 40, max_size=10_000)
     pressed: list[int] = []
-    p.state.on_pressure = lambda: pressed.append(1)
     for i in range(15):  # 3 workers x 5 prompts x ~2,000 characters: at the bound, not 10% over
         route(p, i)
+        pressure(p, pressed)
     assert pressed == []
     for i in range(15, 30):
         route(p, i)
+        pressure(p, pressed)
     assert pressed == [1]
-    p.evict(10_000)
+    p.state.evict(10_000)
     assert all(s <= 10_000 for s in p.state.tree("m").tenant_sizes().values())
 
 
@@ -123,12 +136,13 @@ def test_metrics_show_the_bytes_the_cap_and_the_skips() -> None:
 
 @pytest.fixture
 async def actor() -> AsyncIterator[tuple[CacheAwarePolicy, CacheIndexActor, ActorRef]]:
-    p = policy(max_size=40_000)
+    cfg = RoutingConfig(max_tree_size=40_000, max_tree_bytes=CAP, eviction_interval_secs=0)
+    index = CacheIndex(cfg)  # the policy reads the state and records into the actor's lane
+    p = policy(index=index)
     made: list[CacheIndexActor] = []
 
     def make() -> CacheIndexActor:
-        cfg = RoutingConfig(max_tree_size=40_000, max_tree_bytes=CAP, eviction_interval_secs=0)
-        made.append(CacheIndexActor(p, cfg, max_slice_units=64))
+        made.append(CacheIndexActor(cfg, index=index, max_slice_units=64))
         return made[-1]
 
     sup = Supervisor("cache", clock=FakeClock(start=0.0))
@@ -138,7 +152,7 @@ async def actor() -> AsyncIterator[tuple[CacheAwarePolicy, CacheIndexActor, Acto
         yield p, made[-1], ref
     finally:
         await sup.__aexit__(None, None, None)
-    assert p.state.on_pressure is None  # unhooked when the actor stopped
+    assert not index.lane.attached  # unhooked when the actor stopped
 
 
 async def test_the_actor_evicts_when_a_bound_is_crossed_not_only_periodically(

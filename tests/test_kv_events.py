@@ -5,21 +5,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
 import pytest
+from event_log import EventLog, worker_snapshot
 from smg_grpc_proto.generated import common_pb2
 from smg_grpc_proto.generated import sglang_scheduler_pb2 as sgl
 from smg_grpc_proto.generated import sglang_scheduler_pb2_grpc as sgl_grpc
 from smg_grpc_proto.generated import vllm_engine_pb2 as vll
 from smg_grpc_proto.generated import vllm_engine_pb2_grpc as vll_grpc
 
+from smg.actors.event_bus import EventBus
 from smg.actors.kv_events import KvEventsActor, KvEventsConfig, KvStatus, Unwatch, Watch, backoff_s
+from smg.actors.messages import (
+    EngineLoadReported,
+    Resync,
+    WorkerHealthChanged,
+    WorkerRemoved,
+)
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock
+from smg.core.health import HealthStatus
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.kv_index import KvIndexes
 from smg.sim.grpc_engine import GrpcSimConfig, SimEngine, start_server
@@ -79,13 +89,18 @@ async def engine(vocab: Vocab, runtime: str = "vllm") -> AsyncIterator[Engine]:
 
 @contextlib.asynccontextmanager
 async def actor(
-    clock: FakeClock, on_load: Callable[[str, Any], None] | None = None
+    clock: FakeClock, loads: list[Any] | None = None
 ) -> AsyncIterator[tuple[ActorRef, KvIndexes]]:
+    """The actor, publishing on a bus; `loads` collects its `EngineLoadReported` events."""
     indexes = KvIndexes()
     cfg = KvEventsConfig(backoff_initial_s=0.5, backoff_max_s=4.0)
+    bus = EventBus()
     async with Supervisor(clock=clock) as sup:
+        if loads is not None:
+            log = await sup.start_child(ChildSpec("loads", lambda: EventLog(loads)))
+            bus.subscribe(log, (EngineLoadReported,))
         ref = await sup.start_child(
-            ChildSpec("kv", lambda: KvEventsActor(cfg, indexes=indexes, on_load=on_load))
+            ChildSpec("kv", lambda: KvEventsActor(cfg, indexes=indexes, events=bus))
         )
         yield ref, indexes
         ref.stop()
@@ -111,15 +126,15 @@ def test_backoff_doubles_to_the_cap() -> None:
 
 @pytest.mark.parametrize("runtime", ["vllm", "sglang"])
 async def test_prompt_blocks_show_up_in_the_index(vocab: Vocab, runtime: str) -> None:
-    loads: list[tuple[str, Any]] = []
+    loads: list[Any] = []
     async with (
         engine(vocab, runtime) as eng,
-        actor(FakeClock(), lambda wid, load: loads.append((wid, load))) as (ref, indexes),
+        actor(FakeClock(), loads) as (ref, indexes),
     ):
         ref.tell(Watch("w1", MODEL, eng.client.subscribe_kv_events))
         index = indexes.for_model(MODEL)
         await until(lambda: bool(loads))  # the load record sent before the first batch
-        assert loads[0][0] == "w1" and loads[0][1].load_only
+        assert loads[0].worker_id == "w1" and loads[0].load.load_only
         assert index.match(["w1"], PROMPTS[0]) == {}  # no event batch yet: not authoritative
         await eng.generate(PROMPTS[0])
         await until(lambda: index.match(["w1"], PROMPTS[0]).get("w1", 0) >= 2)
@@ -193,3 +208,40 @@ async def test_restarted_engine_resets_after_backoff_on_the_clock(vocab: Vocab) 
             assert index.match(["w1"], PROMPTS[0]) == {"w1": 0}  # the old engine's blocks went
             st = await status(ref)
             assert st["failures"] == 1 and st["subscribes"] == 2 and st["last_seq"] == 1
+
+
+async def test_the_lifecycle_on_the_bus_decides_which_workers_are_followed(vocab: Vocab) -> None:
+    """Ready -> watched, removed -> unwatched, a stale event for a worker the registry no longer
+    has -> ignored, and at start or on Resync: every ready worker the registry has."""
+    ready = {w: replace(worker_snapshot(w), health=HealthStatus.READY) for w in ("w1", "w2", "w9")}
+    registry = SnapshotCell(RegistrySnapshot.build((worker_snapshot("w1"),)))  # w1 pending
+    bus = EventBus()
+    indexes = KvIndexes()
+    async with engine(vocab) as eng, Supervisor(clock=FakeClock()) as sup:
+        ref = await sup.start_child(
+            ChildSpec(
+                "kv",
+                lambda: KvEventsActor(
+                    KvEventsConfig(),
+                    indexes=indexes,
+                    events=bus,
+                    source=lambda w: eng.client.subscribe_kv_events,
+                    registry=registry,
+                ),
+            )
+        )
+        assert await ref.ask(KvStatus(), 5.0) == {}  # nothing ready at start
+        registry.publish(RegistrySnapshot.build((ready["w1"],)))
+        bus.publish(WorkerHealthChanged(ready["w1"], HealthStatus.READY))
+        bus.publish(WorkerHealthChanged(ready["w9"], HealthStatus.READY))  # not registered
+        watched = (await ref.ask(KvStatus(), 5.0)).get(MODEL, {})  # asked after the events
+        assert set(watched) == {"w1"}
+        await eng.generate(PROMPTS[0])
+        index = indexes.for_model(MODEL)
+        await until(lambda: index.size("w1") > 0)
+        bus.publish(WorkerRemoved(ready["w1"], imported=False))
+        await until(lambda: index.size("w1") == 0)
+        registry.publish(RegistrySnapshot.build((ready["w2"],)))
+        ref.tell_control(Resync())  # what the bus sends after dropping events for it
+        assert set((await ref.ask(KvStatus(), 5.0)).get(MODEL, {})) == {"w2"}
+        ref.stop()

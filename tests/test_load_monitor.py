@@ -6,13 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from event_log import worker_snapshot
+from smg_grpc_proto.generated.common_pb2 import EngineLoad
 
-from smg.actors.load_monitor import (
-    ForgetWorker,
-    LoadMonitorActor,
-    LoadReport,
-    monitoring_enabled,
-)
+from smg.actors.load_monitor import LoadMonitorActor, monitoring_enabled
+from smg.actors.messages import EngineLoadReported, WorkerRemoved
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.actors.worker import initial_snapshot
@@ -25,15 +23,7 @@ from smg.pipeline.loads import LoadBoard, WorkerLoad
 INTERVAL = 10.0
 
 
-def worker(wid: str) -> WorkerSnapshot:
-    return initial_snapshot(
-        wid,
-        f"http://{wid}:8000",
-        model_id="m",
-        worker_type="regular",
-        api_key=None,
-        breaker=CircuitBreaker(CircuitBreakerConfig()),
-    )
+worker = worker_snapshot
 
 
 class FakeFetch:
@@ -135,7 +125,7 @@ async def test_pushed_reports_override_polls_while_fresh(env: tuple[Env, ActorRe
     e, ref = env
     await settle()
     await e.clock.advance(5.0)
-    ref.tell(LoadReport("a", WorkerLoad(running=42, kv_usage=0.5)))
+    ref.tell(EngineLoadReported("a", EngineLoad(running_requests=42, token_usage=0.5)))
     await settle()
     a = e.cell.value.loads["a"]
     assert (a.running, a.pushed, a.timestamp) == (42, True, 5.0)
@@ -155,7 +145,7 @@ async def test_a_push_during_a_poll_wins_and_polls_do_not_overlap(
     await e.clock.advance(INTERVAL)  # poll of a starts at t=10 and hangs
     await e.clock.advance(INTERVAL)  # t=20: a still in flight, not polled again
     assert [t for w, t in e.fetch.calls if w == "a"] == [0.0, 10.0]
-    ref.tell(LoadReport("a", WorkerLoad(running=99)))
+    ref.tell(EngineLoadReported("a", EngineLoad(running_requests=99)))
     await settle()
     gate.set()
     await settle()
@@ -169,7 +159,7 @@ async def test_removed_workers_leave_the_board(env: tuple[Env, ActorRef]) -> Non
     e.workers = [w for w in e.workers if w.worker_id != "b"]
     await e.clock.advance(INTERVAL)
     assert set(e.cell.value.loads) == {"a"} and "b" not in e.cell.value.counters
-    ref.tell(ForgetWorker("a"))
+    ref.tell(WorkerRemoved(worker("a"), imported=False))
     await settle()
     assert not e.cell.value.loads
 

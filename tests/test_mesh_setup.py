@@ -56,16 +56,16 @@ def test_compaction_bounds_tombstones_and_keeps_live_items() -> None:
             cache.put(f"c/http://w{i}", round_.to_bytes(8, "big"))
     before = cache.stats()
     assert before["tombstone_bytes"] > 64 * 1024
-    assert mesh.compact_if_needed() == ["cache"]
+    assert mesh.upkeep.compact_if_needed() == ["cache"]
     after = cache.stats()
     assert after["generation"] == 1 and after["tombstone_bytes"] < 1024
     assert cache.get(f"{mesh.node_id}/c/http://w7") == (39).to_bytes(8, "big")
-    assert mesh.compact_if_needed() == []  # nothing left to gain
+    assert mesh.upkeep.compact_if_needed() == []  # nothing left to gain
 
 
 def test_compaction_keeps_a_dead_nodes_workers_served() -> None:
     mesh = mesh_at(1_795_000_000.0)
-    mesh.compact_min_tombstone_bytes = 0
+    mesh.upkeep.compact_min_tombstone_bytes = 0
     dead = Replica("workers", NodeIdentity.generate("dead@1", random.Random(5)))
     WorkerDirectory(dead, dead.owner).publish_add(
         "http://gone-node-worker:8000", {"url": "http://gone-node-worker:8000"}, (1, 0, dead.owner)
@@ -77,8 +77,8 @@ def test_compaction_keeps_a_dead_nodes_workers_served() -> None:
             f"http://w{i % 30}", {"url": f"http://w{i % 30}"}, (2 + i, 0, mesh.node_id)
         )
     assert "http://gone-node-worker:8000" in mesh.directory.effective()
-    assert mesh.compact_if_needed() == ["workers"]  # the dead node is not a live member
-    mesh.compact_if_needed()  # releases the previous generation (its owner is not live)
+    assert mesh.upkeep.compact_if_needed() == ["workers"]  # the dead node is not a live member
+    mesh.upkeep.compact_if_needed()  # releases the previous generation (its owner is not live)
     assert workers.previous_owners() == set()
     assert "http://gone-node-worker:8000" in mesh.directory.effective()
 
@@ -149,7 +149,7 @@ def test_an_insecure_mesh_warns_every_minute_while_it_runs() -> None:
     assert mesh.insecure and mesh.keyring is None
     with capture_logs() as logs:
         for now in (0.0, 1.0, 30.0, 59.9, 60.0, 61.0, 120.5):
-            mesh._flush(now)
+            mesh.upkeep.tick(now)
     assert [e["event"] for e in logs].count("mesh_insecure") == 3  # at 0, 60 and 120.5 s
     keyed = replace_path(cfg, "mesh", cluster_key=KEY)
     assert not GatewayMesh(keyed, FakeClock(), random.Random(0)).insecure

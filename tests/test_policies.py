@@ -280,7 +280,7 @@ def test_cache_aware_evict_bounds_every_tree_in_lru_order() -> None:
         policy.select(one, text(chr(65 + i) * 50, model="m"))  # 50 chars, nothing shared
     tree = policy.state.tree("m")
     assert tree.tenant_size("w0") == 1000
-    freed = policy.evict(max_tree_size=200)
+    freed = policy.state.evict(200)
     assert freed == 800
     assert tree.tenant_size("w0") == 200
     # The four newest survive (LRU by the injected clock); the oldest are gone.

@@ -10,6 +10,7 @@ PURE = [
     *sorted((ROOT / "core").glob("*.py")),
     ROOT / "pipeline" / "radix_tree.py",
     ROOT / "pipeline" / "radix_eviction.py",
+    ROOT / "pipeline" / "cache_state.py",
     ROOT / "pipeline" / "sampling.py",
     ROOT / "pipeline" / "body_fields.py",
     ROOT / "pipeline" / "loads.py",

@@ -5,8 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from smg.actors.messages import AddWorker, Outcome, RemoveWorker
-from smg.actors.registry import DuplicateWorker, RegistryActor
+from event_log import EventLog, registry_spec
+
+from smg.actors.event_bus import EventBus
+from smg.actors.messages import (
+    AddWorker,
+    Outcome,
+    RemoveWorker,
+    WorkerAdded,
+    WorkerBreakerChanged,
+    WorkerHealthChanged,
+    WorkerModelChanged,
+    WorkerRemoved,
+)
+from smg.actors.registry import DuplicateWorker
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock, TimerHandle, settle
 from smg.config import CircuitBreakerConfig, HealthConfig
@@ -33,27 +45,27 @@ BREAKER = CircuitBreakerConfig(
 )
 
 
+LIFECYCLE = (
+    WorkerAdded,
+    WorkerRemoved,
+    WorkerHealthChanged,
+    WorkerBreakerChanged,
+    WorkerModelChanged,
+)
+
+
 async def start(
-    clock: FakeClock, prober: ScriptedProber, removed: list[str]
+    clock: FakeClock, prober: ScriptedProber, events: list[Any]
 ) -> tuple[Any, Any, Any]:
+    """The registry, publishing on a bus; `events` collects every lifecycle event, in order."""
     cell: SnapshotCell[RegistrySnapshot] = SnapshotCell(RegistrySnapshot())
+    bus = EventBus()
     wsup = Supervisor("workers", clock=clock)
     core = Supervisor("core", clock=clock)
     await wsup.__aenter__()
     await core.__aenter__()
-    registry = await core.start_child(
-        ChildSpec(
-            "registry",
-            lambda: RegistryActor(
-                cell=cell,
-                workers_sup=wsup,
-                prober=prober,
-                health_cfg=HEALTH,
-                breaker_cfg=BREAKER,
-                on_removed=lambda snap: removed.append(snap.url),
-            ),
-        )
-    )
+    bus.subscribe(await core.start_child(ChildSpec("log", lambda: EventLog(events))), LIFECYCLE)
+    registry = await core.start_child(registry_spec(cell, wsup, prober, bus, HEALTH, BREAKER))
     return cell, registry, (wsup, core)
 
 
@@ -142,8 +154,8 @@ async def test_a_timer_firing_early_does_not_leave_the_breaker_open() -> None:
 
 async def test_duplicate_and_remove() -> None:
     clock = FakeClock()
-    removed: list[str] = []
-    cell, registry, sups = await start(clock, ScriptedProber(), removed)
+    events: list[Any] = []
+    cell, registry, sups = await start(clock, ScriptedProber(), events)
     try:
         snap = await registry.ask(AddWorker("http://w:1"), 1.0)
         try:
@@ -152,9 +164,50 @@ async def test_duplicate_and_remove() -> None:
         except DuplicateWorker as dup:
             assert dup.worker_id == snap.worker_id
         gone = await registry.ask(RemoveWorker(snap.worker_id), 1.0)
+        await settle()  # the events reach their subscriber through its mailbox
+        removed = [e.worker.url for e in events if isinstance(e, WorkerRemoved)]
         assert gone is not None and removed == ["http://w:1"]
         assert cell.value.workers == ()
         assert await registry.ask(RemoveWorker(snap.worker_id), 1.0) is None
         assert sups[0].children() == []
     finally:
         await stop(sups)
+
+
+async def test_the_registry_publishes_a_workers_life_in_order() -> None:
+    """Each change a worker's snapshot shows becomes one typed event, in the order it happened;
+    its removal comes last, with its last snapshot."""
+    clock = FakeClock()
+    prober = ScriptedProber()
+    events: list[Any] = []
+    cell, registry, sups = await start(clock, prober, events)
+    try:
+        snap = await registry.ask(AddWorker("http://w:1"), 1.0)
+        await clock.advance(1.0)  # model learned, then ready
+        w = cell.value.by_id[snap.worker_id]
+        assert w.ref is not None
+        for _ in range(3):
+            w.ref.tell(Outcome(False))
+        await settle()
+        await clock.advance(5.0)  # open -> half-open
+        prober.ok = False
+        await clock.advance(20.0)  # two failed probes: not ready
+        await registry.ask(RemoveWorker(snap.worker_id), 1.0)
+        await settle()
+    finally:
+        await stop(sups)
+    seen = [
+        (type(e).__name__, getattr(e, "health", None) or getattr(e, "state", None)) for e in events
+    ]
+    assert seen == [
+        ("WorkerAdded", None),
+        ("WorkerModelChanged", None),
+        ("WorkerHealthChanged", HealthStatus.READY),
+        ("WorkerBreakerChanged", BreakerState.OPEN),
+        ("WorkerBreakerChanged", BreakerState.HALF_OPEN),
+        ("WorkerHealthChanged", HealthStatus.NOT_READY),
+        ("WorkerRemoved", None),
+    ]
+    assert all(e.worker.worker_id == snap.worker_id for e in events)
+    assert events[1].model_id == "m" and not events[0].imported and not events[-1].imported
+    assert events[-1].worker.health is HealthStatus.NOT_READY  # its last snapshot

@@ -6,13 +6,15 @@ board, published into a `SnapshotCell`. gRPC workers answer `GetLoads` through t
 HTTP workers `/get_load` (SGLang), else `/v1/loads`. The fetch function is injected, so tests need
 no network.
 
-Engines that stream KV events also carry their load; whoever receives them tells this actor a
-`LoadReport`. A pushed report replaces the board entry at once, and polls of that worker are
-skipped (their answers dropped) while the push is younger than one interval.
+Engines that stream KV events also carry their load: the KV-events actor publishes each as an
+`EngineLoadReported` event, which this actor subscribes to. A pushed report replaces the board
+entry at once, and polls of that worker are skipped (their answers dropped) while the push is
+younger than one interval.
 
 A failed poll keeps the worker's last report, marked stale; after `3 x interval_s` a stale report
-stops counting (`LoadBoard.usable`) and the worker reads as not reporting. Workers that leave the
-registry drop off the board on the next tick.
+stops counting (`LoadBoard.usable`) and the worker reads as not reporting. A worker that leaves
+the registry drops off the board at its `WorkerRemoved` event, and in any case on the next tick
+(so events this actor missed cost nothing: it subscribes with `Delivery.DROP`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any, Protocol
 
 import structlog
 
+from smg.actors.event_bus import Delivery, EventBus
+from smg.actors.messages import EngineLoadReported, Resync, WorkerRemoved
 from smg.actors.runtime import Actor
 from smg.config import RoutingConfig
 from smg.core.snapshots import SnapshotCell, WorkerSnapshot
@@ -45,14 +49,6 @@ def monitoring_enabled(cfg: RoutingConfig, policies: Iterable[str] = ()) -> bool
 
 # --- messages -----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class LoadReport:
-    """A load pushed by the engine (e.g. with a KV-event batch)."""
-
-    worker_id: str
-    load: WorkerLoad
-
-
-@dataclass(frozen=True, slots=True)
 class PollTick:
     """Time to poll every worker."""
 
@@ -63,11 +59,6 @@ class PollResult:
     started: float
     load: WorkerLoad | None
     error: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ForgetWorker:
-    worker_id: str
 
 
 # --- the actor ----------------------------------------------------------------------------------
@@ -83,8 +74,10 @@ class LoadMonitorActor(Actor):
         workers: Callable[[], Iterable[WorkerSnapshot]],
         fetch: LoadFetch,
         interval_s: float,
+        events: EventBus | None = None,
     ) -> None:
         super().__init__()
+        self.events = events
         self.cell = cell
         self.workers = workers
         self.fetch = fetch
@@ -93,6 +86,8 @@ class LoadMonitorActor(Actor):
         self._known: set[str] = set()
 
     async def on_start(self) -> None:
+        if self.events is not None:
+            self.events.subscribe(self.ref, (EngineLoadReported, WorkerRemoved), Delivery.DROP)
         board = self.cell.value
         if board.max_age_s != STALE_INTERVALS * self.interval_s:
             self.cell.publish(replace(board, max_age_s=STALE_INTERVALS * self.interval_s))
@@ -106,12 +101,19 @@ class LoadMonitorActor(Actor):
             case PollResult():
                 self._polling.discard(message.worker_id)
                 self._on_result(message)
-            case LoadReport(worker_id=wid, load=load):
+            case EngineLoadReported(worker_id=wid, load=record):
+                try:
+                    load = WorkerLoad.from_engine_load(record)
+                except Exception as exc:  # a malformed record: keep the last good one
+                    log.warning("load_push_unreadable", worker=wid, error=repr(exc))
+                    return None
                 now = self.clock.now()
                 self._publish(self.cell.value.with_reports({wid: _stamped(load, now, True)}))
-            case ForgetWorker(worker_id=wid):
-                self._known.discard(wid)
-                self._publish(self.cell.value.without((wid,)))
+            case WorkerRemoved(worker=w):
+                self._known.discard(w.worker_id)
+                self._publish(self.cell.value.without((w.worker_id,)))
+            case Resync():
+                pass  # the next tick drops every worker the registry no longer has
             case _:
                 raise TypeError(f"LoadMonitorActor: unexpected message {message!r}")
         return None

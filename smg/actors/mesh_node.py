@@ -11,18 +11,25 @@ out through the transport. Replicated state moves three ways (`smg/mesh/replicat
 
 The hot path never waits on this actor: it reads `view` (an immutable `MeshView` snapshot) and
 the replicas' decoded items, which only this actor's handlers mutate, on the same event loop.
+
+A peer's update that changed documents is published on the event bus as `MeshDocumentsChanged`
+(the mesh-sync actor imports what changed). Each tick also runs the node's `MeshUpkeep` (rate
+limits, cache summaries, compaction: its own writes to its own documents).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from smg.actors.event_bus import EventBus
 from smg.actors.mesh_transport import FaultPlan, MeshTransport
+from smg.actors.mesh_upkeep import MeshUpkeep
+from smg.actors.messages import MeshDocumentsChanged
 from smg.actors.runtime import Actor
 from smg.core.snapshots import SnapshotCell
 from smg.mesh.config import MeshConfig
@@ -104,8 +111,8 @@ class MeshNode(Actor):
         view: SnapshotCell[MeshView],
         tick_s: float = 0.05,
         doc_sync_interval_s: float = 5.0,
-        on_doc_change: Callable[[str], None] | None = None,
-        before_tick: Callable[[float], None] | None = None,
+        events: EventBus | None = None,
+        upkeep: MeshUpkeep | None = None,
         faults: FaultPlan | None = None,
         allow_remote: bool | None = None,
     ) -> None:
@@ -119,8 +126,8 @@ class MeshNode(Actor):
         self.view_cell = view
         self.tick_s = tick_s
         self.doc_sync_interval_s = doc_sync_interval_s
-        self.on_doc_change = on_doc_change
-        self.before_tick = before_tick
+        self.events = events
+        self.upkeep = upkeep
         self.transport = MeshTransport(
             host=bind_host,
             port=bind_port,
@@ -165,8 +172,8 @@ class MeshNode(Actor):
         match message:
             case Tick():
                 self._apply(self.swim.tick(now))
-                if self.before_tick is not None:
-                    self.before_tick(now)  # e.g. rate-limit counters into their document
+                if self.upkeep is not None:
+                    self.upkeep.tick(now)  # e.g. rate-limit counters into their document
                 self._apply(self.replication.tick(now, self._live_addrs()))
             case Packet(src, msg):
                 self._apply(self.swim.receive(now, src, msg))
@@ -175,9 +182,8 @@ class MeshNode(Actor):
             case StreamIn(src, msg):
                 effects, changed = self.replication.receive(src, msg)
                 self._apply(effects)
-                if self.on_doc_change is not None:
-                    for namespace in changed:
-                        self.on_doc_change(namespace)
+                if changed and self.events is not None:
+                    self.events.publish(MeshDocumentsChanged(frozenset(changed)))
             case Leave():
                 self._apply(self.swim.leave(now))
             case _:

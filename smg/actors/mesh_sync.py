@@ -1,9 +1,17 @@
-"""MeshSyncActor: keeps this node's worker registry in step with the mesh's worker directory.
+"""MeshSyncActor: keeps this node's worker registry in step with the mesh's worker directory, and
+brings other nodes' cache summaries to the cache-index actor.
 
 Workers registered here (command line, `POST /workers`) are published to the replicated
 directory; workers other nodes published are imported and health-checked locally; a removal
 through `DELETE /workers` on any node removes the worker everywhere. A node that dies leaves its
 records behind, so the others keep serving its workers.
+
+Everything arrives as events on the bus: `WorkerAdded` / `WorkerRemoved` from the registry (the
+ones registered here are announced; the imported ones, which this actor caused, are not), and
+`MeshDocumentsChanged` from the mesh node (a peer's update: the directory is reconciled into the
+registry, changed cache summaries are published as `CacheHintsImported`). On `Resync` (the bus
+dropped some of them) and at start it does all of it from the state: reconcile, import every
+changed summary, and announce again what the registry and the directory disagree on.
 
 The directory is a pure core over a replicated document; this actor is its only writer here, and
 the only one that turns directory changes into registry asks (with deadlines; the registry never
@@ -15,48 +23,52 @@ imported worker gets none from the mesh, so this node calls it with its own `--w
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import structlog
 
-from smg.actors.messages import AddWorker, RemoveWorker
+from smg.actors.event_bus import Delivery, EventBus
+from smg.actors.messages import (
+    AddWorker,
+    CacheHintsImported,
+    MeshDocumentsChanged,
+    RemoveWorker,
+    Resync,
+    WorkerAdded,
+    WorkerRemoved,
+)
 from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import Actor, ActorRef
-from smg.core.snapshots import RegistrySnapshot, SnapshotCell
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
+from smg.mesh.cache_summary import CacheSummaries
 from smg.mesh.worker_records import HybridClock, WorkerDirectory, public_spec
 
 log = structlog.get_logger("smg.mesh_sync")
 
 _ASK_TIMEOUT_S = 10.0
+WORKERS, CACHE = "workers", "cache"
 
 
-@dataclass(frozen=True, slots=True)
-class DirectoryChanged:
-    """The replicated worker directory changed (a peer's update arrived)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Announce:
-    """A worker was added (`spec` set) or removed through this node's API or command line."""
-
-    url: str
-    spec: dict[str, Any] | None
-
-
-def spec_of(msg: AddWorker, url: str) -> dict[str, Any]:
+def spec_of(worker: WorkerSnapshot) -> dict[str, Any]:
     """What the mesh may learn of a worker: everything but its credentials."""
-    spec = public_spec(asdict(msg))
-    spec["url"] = url
-    spec["labels"] = [list(kv) for kv in msg.labels]
-    return spec
+    return public_spec(
+        {
+            "url": worker.url,
+            "worker_type": worker.worker_type,
+            "model_id": worker.model_id,
+            "priority": worker.priority,
+            "cost": worker.cost,
+            "labels": [list(kv) for kv in worker.labels],
+            "bootstrap_port": worker.bootstrap_port,
+        }
+    )
 
 
 def add_message(spec: dict[str, Any]) -> AddWorker:
     fields = dict(spec)
     fields["labels"] = tuple(tuple(kv) for kv in fields.get("labels") or ())
     known = AddWorker.__dataclass_fields__
-    return AddWorker(**{k: v for k, v in fields.items() if k in known})
+    return AddWorker(**{k: v for k, v in fields.items() if k in known}, imported=True)
 
 
 class MeshSyncActor(Actor):
@@ -67,26 +79,46 @@ class MeshSyncActor(Actor):
         hlc: HybridClock,
         registry: ActorRef,
         registry_cell: SnapshotCell[RegistrySnapshot],
+        events: EventBus,
+        summaries: CacheSummaries | None = None,
     ) -> None:
+        """`summaries`: the cache document, when this node routes cache-aware."""
         super().__init__()
         self.directory = directory
         self.hlc = hlc
         self.registry = registry
         self.registry_cell = registry_cell
-        self.imported: set[str] = set()
+        self.events = events
+        self.summaries = summaries
+        self.imported: set[str] = set()  # urls this node imported from the directory
+        self.announced: set[str] = set()  # urls this node published as added
+        self._seen_summaries: dict[str, bytes] = {}  # summary key -> the bytes last imported
 
     async def on_start(self) -> None:
-        self.ref.tell(DirectoryChanged())
+        types = (WorkerAdded, WorkerRemoved, MeshDocumentsChanged)
+        self.events.subscribe(self.ref, types, Delivery.RESYNC)
+        self.ref.tell(Resync())  # whatever changed before this incarnation ran
 
     async def handle(self, message: Any) -> Any:
         match message:
-            case Announce(url, spec):
-                if spec is None:
-                    self.directory.publish_remove(url, self.hlc.now())
-                else:
-                    self.directory.publish_add(url, spec, self.hlc.now())
-                self.imported.discard(url)
-            case DirectoryChanged():
+            case WorkerAdded(worker=w, imported=False):
+                self.directory.publish_add(w.url, spec_of(w), self.hlc.now())
+                self.imported.discard(w.url)
+                self.announced.add(w.url)
+            case WorkerRemoved(worker=w, imported=False):
+                self.directory.publish_remove(w.url, self.hlc.now())
+                self.imported.discard(w.url)
+                self.announced.discard(w.url)
+            case WorkerAdded() | WorkerRemoved():
+                pass  # imported or removed by this actor: the directory already says so
+            case MeshDocumentsChanged(namespaces=namespaces):
+                if CACHE in namespaces:
+                    self._import_hints()
+                if WORKERS in namespaces:
+                    await self._reconcile()
+            case Resync():
+                self._import_hints()
+                self._announce_missed()
                 await self._reconcile()
             case _:
                 raise TypeError(f"MeshSyncActor: unexpected message {message!r}")
@@ -112,6 +144,36 @@ class MeshSyncActor(Actor):
             w = present.get(url)
             if w is None:
                 continue
-            await self.registry.ask(RemoveWorker(w.worker_id), _ASK_TIMEOUT_S)
+            await self.registry.ask(RemoveWorker(w.worker_id, imported=True), _ASK_TIMEOUT_S)
             self.imported.discard(url)
+            self.announced.discard(url)
             log.info("mesh_worker_removed", url=url)
+
+    def _announce_missed(self) -> None:
+        """Announcements lost with dropped events: a worker registered here that the directory
+        has no record of is published; one announced here that has left the registry while the
+        directory still serves it is published as removed."""
+        latest = self.directory.latest()
+        present = {w.url: w for w in self.registry_cell.value.workers}
+        for url, w in present.items():
+            if url not in self.imported and url not in latest:
+                self.directory.publish_add(url, spec_of(w), self.hlc.now())
+                self.announced.add(url)
+        for url in [u for u in self.announced if u not in present]:
+            rec = latest.get(url)
+            if rec is not None and rec.action == "add":
+                self.directory.publish_remove(url, self.hlc.now())
+            self.announced.discard(url)
+
+    def _import_hints(self) -> None:
+        """Other nodes' cache summaries that changed, by worker id, for the cache-index actor."""
+        if self.summaries is None:
+            return
+        by_url = {w.url: w.worker_id for w in self.registry_cell.value.workers}
+        hints = tuple(
+            (by_url[url], tuple(hashes))
+            for url, hashes in self.summaries.changed(self._seen_summaries)
+            if url in by_url
+        )
+        if hints:
+            self.events.publish(CacheHintsImported(hints))

@@ -1,19 +1,34 @@
 """RegistryActor: the set of workers. Starts and stops WorkerActors, publishes `RegistrySnapshot`.
 
 Adding a worker starts its actor under the workers' supervisor (one_for_one: a crashed worker
-actor restarts alone); removing it stops the actor, tells the routing state to forget it and
-republishes. The hot path only ever reads `cell.value`.
+actor restarts alone); removing it stops the actor and republishes. The hot path only ever reads
+`cell.value`.
+
+It is also where the worker lifecycle becomes events (`smg.actors.messages`), published on the
+`EventBus` after the snapshot that shows them: `WorkerAdded` and `WorkerRemoved`, and, from
+comparing each snapshot a worker actor sends with the one before, `WorkerModelChanged`,
+`WorkerHealthChanged` and `WorkerBreakerChanged`. One publisher, one mailbox: a worker's events
+come out in the order they happened, its removal last.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-from smg.actors.messages import AddWorker, RemoveWorker, WorkerChanged
+from smg.actors.event_bus import EventBus
+from smg.actors.messages import (
+    AddWorker,
+    RemoveWorker,
+    WorkerAdded,
+    WorkerBreakerChanged,
+    WorkerChanged,
+    WorkerHealthChanged,
+    WorkerModelChanged,
+    WorkerRemoved,
+)
 from smg.actors.runtime import Actor, ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.actors.worker import Prober, WorkerActor, initial_snapshot
@@ -46,8 +61,7 @@ class RegistryActor(Actor):
         prober: Prober,
         health_cfg: HealthConfig,
         breaker_cfg: CircuitBreakerConfig,
-        on_removed: Callable[[WorkerSnapshot], None] | None = None,
-        on_transition: Callable[[WorkerSnapshot, str, Any], None] | None = None,
+        events: EventBus | None = None,
     ) -> None:
         super().__init__()
         self.cell = cell
@@ -55,22 +69,23 @@ class RegistryActor(Actor):
         self.prober = prober
         self.health_cfg = health_cfg
         self.breaker_cfg = breaker_cfg
-        self.on_removed = on_removed
-        self.on_transition = on_transition
+        self.events = events if events is not None else EventBus()
         self.workers: dict[str, WorkerSnapshot] = {w.worker_id: w for w in cell.value.workers}
         self.refs: dict[str, ActorRef] = {}
 
     async def handle(self, message: Any) -> Any:
         match message:
             case WorkerChanged(snapshot=snap):
-                if snap.worker_id in self.workers:
+                before = self.workers.get(snap.worker_id)
+                if before is not None:
                     self.workers[snap.worker_id] = snap
                     self._publish()
+                    self._announce_changes(before, snap)
                 return None
             case AddWorker():
                 return await self._add(message)
-            case RemoveWorker(worker_id=worker_id):
-                return await self._remove(worker_id)
+            case RemoveWorker(worker_id=worker_id, imported=imported):
+                return await self._remove(worker_id, imported)
             case _:
                 raise TypeError(f"RegistryActor: unexpected message {message!r}")
 
@@ -106,26 +121,35 @@ class RegistryActor(Actor):
                 prober=self.prober,
                 health_cfg=self.health_cfg,
                 breaker_cfg=self.breaker_cfg,
-                on_transition=self.on_transition,
             )
 
         self.refs[worker_id] = await self.workers_sup.start_child(
             ChildSpec(f"worker:{worker_id}", factory)
         )
         log.info("worker_added", worker=url, worker_id=worker_id)
+        self.events.publish(WorkerAdded(snap, msg.imported))
         return snap
 
-    async def _remove(self, worker_id: str) -> WorkerSnapshot | None:
+    async def _remove(self, worker_id: str, imported: bool) -> WorkerSnapshot | None:
         snap = self.workers.pop(worker_id, None)
         if snap is None:
             return None
         self.refs.pop(worker_id, None)
         await self.workers_sup.stop_child(f"worker:{worker_id}")
         self._publish()
-        if self.on_removed is not None:
-            self.on_removed(snap)
         log.info("worker_removed", worker=snap.url, worker_id=worker_id)
+        self.events.publish(WorkerRemoved(snap, imported))
         return snap
+
+    def _announce_changes(self, before: WorkerSnapshot, after: WorkerSnapshot) -> None:
+        """The events one new snapshot of a worker stands for (most snapshots: none)."""
+        publish = self.events.publish
+        if after.model_id is not None and after.model_id != before.model_id:
+            publish(WorkerModelChanged(after, after.model_id))
+        if after.health is not before.health:
+            publish(WorkerHealthChanged(after, after.health))
+        if after.breaker.state is not before.breaker.state:
+            publish(WorkerBreakerChanged(after, after.breaker.state))
 
     def _publish(self) -> None:
         self.cell.publish(RegistrySnapshot.build(tuple(self.workers.values())))

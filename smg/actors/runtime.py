@@ -124,6 +124,12 @@ class ActorRef:
         """Fire and forget. Raises `MailboxFull` (REJECT) or `MailboxClosed` (stopped)."""
         self._cell.mailbox.put((message, None))
 
+    def tell_control(self, message: Any) -> None:
+        """Put `message` in the control lane: read before the mailbox's other messages and never
+        refused for room (for stop, and the event bus's one `Resync` notice per overflow).
+        Raises `MailboxClosed` (stopped)."""
+        self._cell.mailbox.put_control((message, None))
+
     async def send(self, message: Any) -> None:
         """`tell` that waits for room in the mailbox (back-pressure)."""
         await self._cell.mailbox.put_wait((message, None))

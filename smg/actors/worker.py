@@ -2,11 +2,13 @@
 
 Health checks run as tasks the actor owns; their results come back as messages, so the mailbox
 keeps flowing while a probe waits on the network. The request path reports outcomes with `tell`.
+Every change goes to the registry as a new snapshot (`WorkerChanged`); the registry turns the
+transitions it shows into events for the rest of the gateway.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -35,7 +37,6 @@ class WorkerActor(Actor):
         prober: Prober,
         health_cfg: HealthConfig,
         breaker_cfg: CircuitBreakerConfig,
-        on_transition: Callable[[WorkerSnapshot, str, Any], None] | None = None,
     ) -> None:
         super().__init__()
         self.snapshot = initial
@@ -44,7 +45,6 @@ class WorkerActor(Actor):
         self.health_cfg = health_cfg
         self.breaker = CircuitBreaker(breaker_cfg)
         self.health = WorkerHealth(health_cfg)
-        self.on_transition = on_transition
         self._probing = False
 
     @property
@@ -70,7 +70,6 @@ class WorkerActor(Actor):
                 now = self.clock.now()
                 transition = self.breaker.poll(now)
                 if transition is not None:
-                    self._notify("breaker", transition.to, self.snapshot)
                     self._publish(self.snapshot)
                 else:
                     self._arm_breaker_poll(now)
@@ -106,7 +105,6 @@ class WorkerActor(Actor):
                 "worker_health", worker=snap.url, status=changed.value, detail=result.detail or None
             )
             snap = replace(snap, health=changed)
-            self._notify("health", changed, snap)
         self._publish(snap)
         if self.health.status is HealthStatus.PENDING:
             # registering: check again soon rather than a whole interval later
@@ -117,7 +115,6 @@ class WorkerActor(Actor):
         transition = self.breaker.record(success, now)
         if transition is not None:
             log.info("worker_breaker", worker=self.snapshot.url, state=transition.to.label)
-            self._notify("breaker", transition.to, self.snapshot)
             self._arm_breaker_poll(now)
         self._publish(replace(self.snapshot))
 
@@ -140,11 +137,6 @@ class WorkerActor(Actor):
         if snap != self.snapshot:
             self.snapshot = snap
             self.registry.tell(WorkerChanged(snap))
-
-    def _notify(self, what: str, value: Any, snap: WorkerSnapshot) -> None:
-        """Tell the owner about a health or breaker transition, with the snapshot it produces."""
-        if self.on_transition is not None:
-            self.on_transition(snap, what, value)
 
 
 def initial_snapshot(

@@ -71,11 +71,7 @@ class AdminRoutes:
         max_payload: int,
         url_guard: AddressGuard,
         pd_mode: bool = False,
-        on_added: Callable[[AddWorker, WorkerSnapshot], None] | None = None,
-        on_removed: Callable[[WorkerSnapshot], None] | None = None,
     ) -> None:
-        self.on_added = on_added  # the mesh publishes what this node's API registers
-        self.on_removed = on_removed
         self.cell = registry_cell
         self.registry = registry
         self.is_draining = is_draining
@@ -219,8 +215,6 @@ class AdminRoutes:
                 "WORKER_ALREADY_EXISTS",
                 f"Worker already exists at URL '{url}' with ID {dup.worker_id}",
             )
-        if self.on_added is not None:
-            self.on_added(msg, snap)
         location = f"/workers/{snap.worker_id}"
         return _json(
             {
@@ -241,8 +235,6 @@ class AdminRoutes:
         removed = await self.registry().ask(RemoveWorker(wid), _ADMIN_ASK_TIMEOUT_S)
         if removed is None:
             return _flat_error(404, "WORKER_NOT_FOUND", f"Worker {wid} not found")
-        if self.on_removed is not None:
-            self.on_removed(removed)
         return _json(
             {
                 "status": "accepted",

@@ -29,7 +29,8 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from smg.actors.cache_index import CacheTreeCollector
+from smg.actors.cache_index import CacheTreeCollector, routing_policy
+from smg.actors.event_bus import EventBus
 from smg.actors.supervisor import Strategy, Supervisor
 from smg.api.admin_routes import AdminRoutes
 from smg.api.auth import AuthGate
@@ -64,7 +65,7 @@ from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard
-from smg.pipeline.policies import CacheAwarePolicy, make_policy
+from smg.pipeline.policies import CacheAwarePolicy
 from smg.pipeline.tokenizer import Tokenizer
 from smg.tls import GatewayTls
 
@@ -111,12 +112,13 @@ class Gateway:
             clock=self.clock,
         )
         self.loads: SnapshotCell[LoadBoard] = SnapshotCell(LoadBoard())
-        self.policy = make_policy(
-            cfg.routing.policy, cfg.routing, self.rng, self.clock.now, loads=self.loads
+        self.events = EventBus()  # worker lifecycle and mesh imports, between the actors
+        self.policy, self.cache_index = routing_policy(
+            cfg.routing, self.rng, self.clock.now, self.loads
         )
-        self.kv_indexes = KvIndexes()
+        self.kv_indexes: KvIndexes | None = None  # followed from the engines' KV events
         if isinstance(self.policy, CacheAwarePolicy) and not cfg.routing.disable_kv_events:
-            self.policy.kv_index = self.kv_indexes
+            self.kv_indexes = self.policy.kv_index = KvIndexes()
         self.tokenizers: SnapshotCell[dict[str, Tokenizer]] = SnapshotCell({})
         self.engines = EnginePool(
             rpc_timeout_s=cfg.health.health_check_timeout_secs,
@@ -134,6 +136,8 @@ class Gateway:
         self.actors = CoreActors(
             cfg,
             policy=self.policy,
+            cache_index=self.cache_index,
+            events=self.events,
             registry_cell=self.registry_cell,
             loads=self.loads,
             kv_indexes=self.kv_indexes,
@@ -143,9 +147,9 @@ class Gateway:
             idle=self.idle,
         )
         self.mesh = GatewayMesh(cfg, self.clock, self.rng)
-        if isinstance(self.policy, CacheAwarePolicy):
-            self.mesh.cache_state = self.policy.state
-            self.metrics.registry.register(CacheTreeCollector(self.policy.state))
+        if self.cache_index is not None:
+            self.mesh.cache_state = self.cache_index.state
+            self.metrics.registry.register(CacheTreeCollector(self.cache_index))
         if self.mesh.enabled:
             self.metrics.registry.register(self.mesh.collector())
         self.metrics.registry.register(self.guard.collector())
@@ -191,8 +195,6 @@ class Gateway:
             max_payload=srv.max_payload_size,
             url_guard=self.url_guard,
             pd_mode=self.cfg.pd.pd_disaggregation,
-            on_added=self.mesh.announce_add,
-            on_removed=self.mesh.announce_remove,
         ).install(app)
         self.mesh.install(app)
         return app
@@ -207,12 +209,13 @@ class Gateway:
                 Supervisor("core", strategy=Strategy.REST_FOR_ONE, clock=self.clock) as core,
             ):
                 registry = await self.actors.start(core, wsup, backend)
-                await self.mesh.start(core, registry, self.registry_cell)
+                await self.mesh.start(core, registry, self.registry_cell, self.events)
                 await self._register_startup_workers()
                 try:
                     await self._serve(self.build_flow(backend), stop)
                 finally:
                     await self.engines.close()
+        self.events.close()
         log.info("gateway_stopped")
 
     @contextlib.asynccontextmanager
@@ -234,7 +237,7 @@ class Gateway:
     async def _register_startup_workers(self) -> None:
         registry = self.actors.registry()
         for msg in startup_workers(self.cfg):
-            self.mesh.announce_add(msg, await registry.ask(msg, 10.0))
+            await registry.ask(msg, 10.0)  # the mesh hears of it as an event
 
     async def _serve(self, flow: Flow, stop: asyncio.Event) -> None:
         cfg = self.cfg

@@ -92,6 +92,10 @@ class PrefixHints:
         while len(self._map) > self.max_entries:
             self._map.popitem(last=False)
 
+    def workers(self) -> set[str]:
+        """Every worker some hint names."""
+        return {w for holders in self._map.values() for w in holders}
+
     def forget(self, worker_id: str) -> None:
         for h, holders in list(self._map.items()):
             if worker_id in holders:

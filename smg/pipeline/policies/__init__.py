@@ -9,7 +9,7 @@ from smg.config import RoutingConfig
 from smg.pipeline.loads import BoardCell, WaitParams
 from smg.pipeline.policies.base import Candidate, Policy, RouteRequest, least_loaded
 from smg.pipeline.policies.bucket import BucketPolicy
-from smg.pipeline.policies.cache_aware import CacheAwarePolicy, CacheAwareState
+from smg.pipeline.policies.cache_aware import CacheAwarePolicy, CacheAwareState, Recorder
 from smg.pipeline.policies.consistent_hashing import ConsistentHashingPolicy, HashRing
 from smg.pipeline.policies.least_load import LeastLoadPolicy
 from smg.pipeline.policies.manual import ManualPolicy
@@ -45,13 +45,15 @@ def make_policy(
     now: Callable[[], float],
     *,
     cache_state: CacheAwareState | None = None,
+    recorder: Recorder | None = None,
     loads: BoardCell | None = None,
 ) -> Policy:
     """The policy called `name` (one of `smg.config.POLICIES`), set up from `cfg`.
 
-    `cache_state` lets the caller own cache-aware's trees (e.g. a cache-index actor). `loads` is
-    the load monitor's `SnapshotCell[LoadBoard]`, read by least_load and power_of_two (without
-    it they compare requests in flight).
+    `cache_state` and `recorder` let the caller own cache-aware's trees: the policy reads
+    `cache_state` and records its decisions into `recorder` (the cache-index actor's lane).
+    `loads` is the load monitor's `SnapshotCell[LoadBoard]`, read by least_load and
+    power_of_two (without it they compare requests in flight).
     """
     wait = WaitParams(
         kv_pressure_weight=cfg.least_load_kv_pressure_weight,
@@ -72,6 +74,7 @@ def make_policy(
                 balance_rel_threshold=cfg.balance_rel_threshold,
                 now=now,
                 state=cache_state,
+                recorder=recorder,
                 max_tree_bytes=cfg.max_tree_bytes,
                 max_tree_size=cfg.max_tree_size,
             )

@@ -26,209 +26,74 @@ among the candidates counts as the match instead, if it is longer: a node that j
 like the others did.
 
 Unlike the Rust gateway, the match only counts routable candidates: a prefix held by a worker that
-is down must not pin requests to nobody. The trees live in a `CacheAwareState` that the policy only
-references, so a cache-index actor can own them (and run the periodic `evict`) later.
+is down must not pin requests to nobody.
+
+The trees live in a `CacheAwareState`, and who owns it is the caller's choice. In the gateway the
+cache-index actor does (`smg.actors.cache_index`): the policy only reads the state, and hands its
+decisions ("worker w now holds key k") to a `Recorder`, a lane the actor drains in batches. A
+policy built alone owns its own state and records into it at once (`DirectRecorder`).
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
+from smg.pipeline.cache_state import (
+    DEFAULT_MAX_TREE_BYTES,
+    EVICT_ABOVE,
+    EVICT_TO,
+    RECENT_ITEMS,
+    RECENT_PER_WORKER,
+    TENANT_SLACK,
+    CacheAwareState,
+    StateEviction,
+)
 from smg.pipeline.kv_index import KvIndex, KvIndexes
 from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
-from smg.pipeline.prefix_hints import PrefixHints
-from smg.pipeline.radix_eviction import Eviction
 from smg.pipeline.radix_tree import RadixTree
 
-RECENT_PER_WORKER = 64  # prefixes remembered per worker for the mesh's cache summaries
-RECENT_ITEMS = 256  # items (characters or token ids) kept of each
-DEFAULT_MAX_TREE_BYTES = 64 * 1024 * 1024  # --max-tree-bytes
-EVICT_ABOVE = 0.9  # share of the byte cap past which an eviction pass is asked for at once ...
-EVICT_TO = 0.75  # ... which takes the trees back to this share (least recently used first)
-TENANT_SLACK = 1.1  # a worker this far past --max-tree-size asks for a pass (which takes it to
-# the bound): one pass per 10% of growth, not one per insert
+__all__ = [
+    "DEFAULT_MAX_TREE_BYTES",
+    "EVICT_ABOVE",
+    "EVICT_TO",
+    "RECENT_ITEMS",
+    "RECENT_PER_WORKER",
+    "TENANT_SLACK",
+    "CacheAwarePolicy",
+    "CacheAwareState",
+    "DirectRecorder",
+    "Recorder",
+    "StateEviction",
+]
 
 
-class CacheAwareState:
-    """The prefix trees, one per model (requests without a model share the tree named ""), and
-    per worker the last few routed prefixes (the mesh publishes their hashes so that another
-    node can start warm), and the hints learned from other nodes.
+class Recorder(Protocol):
+    """Where the policy's decisions go: the state's owner applies them."""
 
-    Bounded in bytes at all times (issue 10, finding 15: the trees kept whole prompts, bounded
-    only per worker and only by the periodic eviction): all trees together hold at most
-    `max_bytes` (their estimated `total_bytes`, see `smg.pipeline.radix_tree`), because an insert
-    that could pass it is not recorded (`skipped` counts them: such a request still routes, its
-    prefix just leaves no trace). Past `EVICT_ABOVE` of the cap, or when an insert takes a
-    worker 10% past `max_size_per_tenant` elements in a tree, `on_pressure` is called, once until
-    the next eviction pass ends: the cache-index actor runs that pass at once, in slices, and it
-    takes the bytes back to `EVICT_TO` of the cap (each tree in proportion, least recently used
-    leaves first, whatever their worker) and every worker under its element bound.
-    """
-
-    __slots__ = (
-        "_pressed",
-        "_recent",
-        "_trees",
-        "hints",
-        "max_bytes",
-        "max_size_per_tenant",
-        "on_pressure",
-        "skipped",
-    )
-
-    def __init__(
-        self, max_bytes: int = DEFAULT_MAX_TREE_BYTES, max_size_per_tenant: int = 1 << 62
-    ) -> None:
-        self._trees: dict[str, RadixTree] = {}
-        self._recent: dict[str, deque[str | tuple[int, ...]]] = {}
-        self.hints = PrefixHints()
-        self.max_bytes = max_bytes
-        self.max_size_per_tenant = max_size_per_tenant
-        self.on_pressure: Callable[[], None] | None = None
-        self._pressed = False
-        self.skipped = 0
-
-    def note(self, worker_id: str, key: str | Sequence[int]) -> None:
-        recent = self._recent.get(worker_id)
-        if recent is None:
-            recent = self._recent[worker_id] = deque(maxlen=RECENT_PER_WORKER)
-        recent.append(key[:RECENT_ITEMS] if isinstance(key, str) else tuple(key[:RECENT_ITEMS]))
-
-    def recent(self, worker_id: str) -> list[str | tuple[int, ...]]:
-        """Newest first, without repeats."""
-        return list(dict.fromkeys(reversed(self._recent.get(worker_id, ()))))
-
-    def seed(
-        self, model: str, worker_id: str, keys: Sequence[str | Sequence[int]], now: float
-    ) -> None:
-        """Warm a worker's share of `model`'s tree with prefixes learned elsewhere."""
-        tree = self.tree(model)
-        for key in keys:
-            if key:
-                self.insert(tree, key, worker_id, now)
-
-    def tree(self, model: str) -> RadixTree:
-        """The tree of `model`, created empty on first use."""
-        tree = self._trees.get(model)
-        if tree is None:
-            tree = self._trees[model] = RadixTree()
-        return tree
-
-    @property
-    def models(self) -> tuple[str, ...]:
-        return tuple(self._trees)
-
-    # --- the bounds ------------------------------------------------------------------------------
-    @property
-    def total_bytes(self) -> int:
-        """The estimated memory of every tree."""
-        trees = self._trees
-        if len(trees) == 1:  # the common case, on every request
-            for tree in trees.values():
-                return tree.total_bytes
-        return sum(tree.total_bytes for tree in trees.values())
-
-    def insert(self, tree: RadixTree, key: str | Sequence[int], worker_id: str, now: float) -> bool:
-        """Record that `worker_id` holds `key` in `tree` (one of ours) unless that could take the
-        trees past `max_bytes`; whether it was recorded."""
-        total = self.total_bytes
-        if total + tree.insert_bound(key) > self.max_bytes:
-            self.skipped += 1
-            self._press()
-            return False
-        before = tree.total_bytes
-        tree.insert(key, worker_id, now)
-        if (
-            total + tree.total_bytes - before > self.max_bytes * EVICT_ABOVE
-            or tree.tenant_size(worker_id) > self.max_size_per_tenant * TENANT_SLACK
-        ):
-            self._press()
-        return True
-
-    def _press(self) -> None:
-        if not self._pressed:
-            self._pressed = True
-            if self.on_pressure is not None:
-                self.on_pressure()
-
-    def byte_target(self) -> int | None:
-        """Where an eviction pass should take the trees' bytes; None when they are within."""
-        if self.total_bytes > self.max_bytes * EVICT_ABOVE:
-            return int(self.max_bytes * EVICT_TO)
-        return None
-
-    def evict(self, max_size_per_tenant: int) -> int:
-        """LRU-evict every tree so no worker holds more than the bound, and the trees are within
-        their byte target; returns elements freed (`begin_evict`, at once)."""
-        job = self.begin_evict(max_size_per_tenant)
-        while not job.step(1 << 62):
-            pass
-        return job.freed
-
-    def begin_evict(self, max_size_per_tenant: int) -> StateEviction:
-        """The same as `evict`, as a job run in bounded steps (see `StateEviction`)."""
-        return StateEviction(self, max_size_per_tenant)
-
-    def drop_if_empty(self, model: str, tree: RadixTree) -> None:
-        if tree.node_count == 0 and self._trees.get(model) is tree:
-            del self._trees[model]
-
-    def remove_tenant(self, worker_id: str) -> None:
-        self._recent.pop(worker_id, None)
-        self.hints.forget(worker_id)
-        for model, tree in list(self._trees.items()):
-            tree.remove_tenant(worker_id)
-            if tree.node_count == 0:
-                del self._trees[model]
+    def record(self, model: str, key: str | Sequence[int], worker_id: str, now: float) -> None: ...
 
 
-class StateEviction:
-    """An eviction pass over every model's tree, one `radix_tree.Eviction` after another.
+class DirectRecorder:
+    """A policy that owns its state records into it at once."""
 
-    `step(budget)` works on one tree for at most `budget` units and returns True once every tree
-    is done; trees left empty are dropped. Trees created after the job began wait for the next
-    pass. The trees stay usable between steps.
-    """
+    __slots__ = ("record",)
 
-    __slots__ = ("_bound", "_current", "_models", "_ratio", "_state", "freed")
-
-    def __init__(self, state: CacheAwareState, max_size_per_tenant: int) -> None:
-        self._state = state
-        self._bound = max_size_per_tenant
-        self._models = list(reversed(state.models))
-        self._current: tuple[str, RadixTree, Eviction] | None = None
-        target = state.byte_target()
-        # the byte target, shared by the trees in proportion to their size
-        self._ratio = None if target is None else target / max(1, state.total_bytes)
-        self.freed = 0
-
-    def step(self, budget: int) -> bool:
-        while self._current is None:
-            if not self._models:
-                self._state._pressed = False  # the next insert over a bound asks again
-                return True
-            model = self._models.pop()
-            tree = self._state._trees.get(model)
-            if tree is not None:
-                ratio = self._ratio
-                max_bytes = None if ratio is None else int(tree.total_bytes * ratio)
-                self._current = (model, tree, Eviction(tree, self._bound, max_bytes))
-        model, tree, job = self._current
-        before = job.freed
-        finished = job.step(budget)
-        self.freed += job.freed - before
-        if finished:
-            self._state.drop_if_empty(model, tree)
-            self._current = None
-        if finished and not self._models:
-            self._state._pressed = False
-            return True
-        return False
+    def __init__(self, state: CacheAwareState) -> None:
+        self.record = state.record
 
 
 class CacheAwarePolicy:
-    __slots__ = ("_abs", "_now", "_rel", "_state", "_threshold", "kv_index")
+    __slots__ = (
+        "_abs",
+        "_now",
+        "_owns_state",
+        "_record",
+        "_rel",
+        "_state",
+        "_threshold",
+        "kv_index",
+    )
 
     name = "cache_aware"
 
@@ -240,16 +105,21 @@ class CacheAwarePolicy:
         balance_rel_threshold: float,
         now: Callable[[], float],
         state: CacheAwareState | None = None,
+        recorder: Recorder | None = None,
         kv_index: KvIndexes | None = None,
         max_tree_bytes: int = DEFAULT_MAX_TREE_BYTES,
         max_tree_size: int = 1 << 62,
     ) -> None:
+        """With `recorder`, `state` belongs to whoever drains the recorder (the cache-index
+        actor): the policy only reads it. Without, the policy owns `state` (or a new one)."""
         self.kv_index = kv_index  # settable after construction: the KV-events actor owns it
         self._threshold = cache_threshold
         self._abs = balance_abs_threshold
         self._rel = balance_rel_threshold
         self._now = now
         self._state = CacheAwareState(max_tree_bytes, max_tree_size) if state is None else state
+        self._owns_state = recorder is None
+        self._record = (DirectRecorder(self._state) if recorder is None else recorder).record
 
     @property
     def state(self) -> CacheAwareState:
@@ -268,7 +138,8 @@ class CacheAwarePolicy:
         loads = [c.load for c in candidates]
         min_load, max_load = min(loads), max(loads)
         ids = [c.worker_id for c in candidates]
-        tree = self._state.tree(request.model or "")
+        model = request.model or ""
+        tree = self._state.find(model)
         if max_load - min_load > self._abs and max_load > min_load * self._rel:
             choice = loads.index(min_load)
         else:
@@ -279,15 +150,14 @@ class CacheAwarePolicy:
                 match = tree.match(key, among=frozenset(ids))
                 share, holders = match.matched / len(key), set(match.tenants)
             if share <= self._threshold and self._state.hints:
-                share, holders = self._hinted(request.model or "", key, ids, share, holders)
+                share, holders = self._hinted(model, key, ids, share, holders)
             if share > self._threshold:
                 choice = min((i for i in range(n) if ids[i] in holders), key=loads.__getitem__)
             else:
                 size = tree.tenant_size
                 room = [(size(wid), load) for wid, load in zip(ids, loads, strict=True)]
                 choice = room.index(min(room))
-        self._state.insert(tree, key, ids[choice], self._now())
-        self._state.note(ids[choice], key)
+        self._record(model, key, ids[choice], self._now())
         return choice
 
     def _hinted(
@@ -333,13 +203,8 @@ class CacheAwarePolicy:
                 holders.update(match.tenants)
         return share, holders
 
-    def evict(self, max_tree_size: int) -> int:
-        """Bound every worker's share of each model's tree; for the periodic eviction loop."""
-        return self._state.evict(max_tree_size)
-
-    def begin_evict(self, max_tree_size: int) -> StateEviction:
-        """`evict` as a job the cache-index actor runs in slices, yielding in between."""
-        return self._state.begin_evict(max_tree_size)
-
     def on_worker_removed(self, worker_id: str) -> None:
-        self._state.remove_tenant(worker_id)
+        """Forget the worker in the state this policy owns. A state someone else owns (the
+        cache-index actor) is its owner's to change: it hears of every removal itself."""
+        if self._owns_state:
+            self._state.remove_tenant(worker_id)

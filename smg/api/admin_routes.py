@@ -26,6 +26,7 @@ from smg.api import requests as rq
 from smg.core.health import HealthStatus
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.core.worker_urls import DeniedWorkerUrl, InvalidWorkerUrl
+from smg.flow.admission import Admission
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.pd import readiness_gap
 
@@ -67,14 +68,14 @@ class AdminRoutes:
         *,
         registry_cell: SnapshotCell[RegistrySnapshot],
         registry: Callable[[], ActorRef],
-        is_draining: Callable[[], bool],
+        admission: Admission,
         max_payload: int,
         url_guard: AddressGuard,
         pd_mode: bool = False,
     ) -> None:
         self.cell = registry_cell
         self.registry = registry
-        self.is_draining = is_draining
+        self.admission = admission  # draining: readiness says so
         self.max_payload = max_payload
         self.url_guard = url_guard
         self.pd_mode = pd_mode
@@ -98,7 +99,7 @@ class AdminRoutes:
     async def readiness(self, request: web.Request) -> web.Response:
         snap = self.cell.value
         healthy = sum(1 for w in snap.workers if w.healthy)
-        if self.is_draining():
+        if self.admission.draining:
             return _json({"status": "not ready", "reason": "draining"}, 503)
         if self.pd_mode:
             role = readiness_gap(snap.workers)

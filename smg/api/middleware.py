@@ -25,6 +25,7 @@ from smg.api.auth import AuthGate
 from smg.api.requests import new_request_id, request_id_of
 from smg.core.auth import AuthError, JwtCheck, RouteClass
 from smg.core.auth_keys import Principal
+from smg.flow.admission import Admission
 from smg.metrics import Metrics
 
 log = structlog.get_logger("smg.gateway")
@@ -141,13 +142,13 @@ def _http_exception_to_api(exc: web.HTTPException, request: web.Request) -> erro
     return errors.ApiError(exc.status, "http_error", exc.reason)
 
 
-def refuse_while_draining(is_draining: Callable[[], bool]) -> Any:
+def refuse_while_draining(admission: Admission) -> Any:
     """Middleware: while the gateway drains, every request but the health probes gets 503
     `shutting_down` (with Retry-After) before anything else is done for it."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if is_draining() and request.path not in PROBES:
+        if admission.draining and request.path not in PROBES:
             raise errors.draining()
         return await handler(request)
 

@@ -36,12 +36,12 @@ from smg.api.admin_routes import AdminRoutes
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
 from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
-from smg.api.mesh_setup import GatewayMesh
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
 from smg.app.actors import CoreActors
 from smg.app.flow import build_flow
+from smg.app.mesh import GatewayMesh
 from smg.app.outbound import (
     address_guard,
     check_startup_names,
@@ -95,7 +95,6 @@ class Gateway:
         self.clock: Clock = clock or LoopClock()
         self.auth = AuthGate.from_config(cfg, self.clock.now)  # a bad auth flag fails here too
         self.rng = rng or random.Random()
-        self.draining = False
         self.registry_cell: SnapshotCell[RegistrySnapshot] = SnapshotCell(RegistrySnapshot())
         self.inflight = InFlight()
         adm = cfg.admission
@@ -180,7 +179,7 @@ class Gateway:
             client_max_size=srv.max_payload_size,
             middlewares=[
                 edge_middleware(self.auth, self.metrics),
-                refuse_while_draining(lambda: self.draining),
+                refuse_while_draining(self.admission),
                 *self.mesh.middlewares(),
             ],
             handler_args=None,
@@ -191,7 +190,7 @@ class Gateway:
         AdminRoutes(
             registry_cell=self.registry_cell,
             registry=self.actors.registry,
-            is_draining=lambda: self.draining,
+            admission=self.admission,
             max_payload=srv.max_payload_size,
             url_guard=self.url_guard,
             pd_mode=self.cfg.pd.pd_disaggregation,
@@ -307,8 +306,8 @@ class Gateway:
         return metrics_runner
 
     async def _drain(self) -> None:
-        self.draining = True  # new requests get 503 shutting_down, readiness says "draining"
-        self.admission.close()  # and so do the queued ones
+        # new requests get 503 shutting_down, readiness says "draining", and so do queued ones
+        self.admission.close()
         grace = self.cfg.server.shutdown_grace_period_secs
         log.info("gateway_draining", in_flight=len(self.inflight), grace_s=grace)
         try:

@@ -31,6 +31,11 @@ class Admission:
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     @property
+    def draining(self) -> bool:
+        """The gateway drains: nothing new is admitted (the edge and readiness read this)."""
+        return self.closed
+
+    @property
     def queued(self) -> int:
         return len(self._waiters)
 

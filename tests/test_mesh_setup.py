@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from smg.api.mesh_setup import GatewayMesh, boot_epoch, mesh_keyring, seed_addrs
+from smg.app.mesh import GatewayMesh, boot_epoch, mesh_keyring, seed_addrs
 from smg.clock import FakeClock
 from smg.config import ConfigError, GatewayConfig, MeshNodeConfig, replace_path
 from smg.mesh.config import MeshConfig

@@ -1,6 +1,6 @@
 """The simulated network one level up: every node runs the real node's wiring, not just SWIM.
 
-A `StateNet` node is what `smg/actors/mesh_node.py` + `smg/api/mesh_setup.py` build: a SwimNode,
+A `StateNet` node is what `smg/actors/mesh_node.py` + `smg/app/mesh.py` build: a SwimNode,
 a `Replication` over the replicas {"workers", "rate_limits"}, a `WorkerDirectory` stamping with a
 `HybridClock` (wall = virtual time + a per-host skew) and optionally a `ClusterRateLimiter`. It
 is driven the way MeshNode drives it: a tick every `tick_s` runs swim.tick, limiter.flush and

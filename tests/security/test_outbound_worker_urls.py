@@ -88,6 +88,7 @@ def test_a_denied_worker_is_never_contacted(launch: Launcher) -> None:
         assert worker.all_seen() == []
 
 
+@pytest.mark.integration  # starts `smg launch`
 @pytest.mark.parametrize(
     "flags",
     [

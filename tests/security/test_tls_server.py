@@ -125,6 +125,7 @@ def _launch_fails(*flags: str) -> str:
     return done.stderr.strip()
 
 
+@pytest.mark.integration  # starts `smg launch`
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -158,6 +159,7 @@ def test_an_unusable_tls_config_stops_start_up_with_one_line(
     assert re.search(message, stderr), (message, stderr)
 
 
+@pytest.mark.integration  # starts `smg sim`
 def test_sim_refuses_a_half_configured_certificate(pki: Pki) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMG_")}
     for extra in ([], ["--grpc"]):

@@ -1,11 +1,13 @@
 """Suite-wide hooks: every test gets exactly one tier (unit, integration, chaos; the rule is in
-support/tiers.py), and a unit test that starts a process fails, naming the tier it belongs to."""
+support/tiers.py), and a unit test that starts a process fails, naming the tier it belongs to.
+Importing support.examples registers the `fast` hypothesis profile before the plugin loads it."""
 
 from __future__ import annotations
 
 from collections.abc import Generator
 
 import pytest
+import support.examples  # noqa: F401  (registers the `fast` profile)
 from support.tiers import assign, processes_refused, tiers_of
 
 

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.api.body_budget import BodyBudget
 from smg.clock import FakeClock, settle
@@ -88,7 +89,7 @@ def test_misuse_raises() -> None:
         ByteBudget(0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("rqc"), st.integers(1, 4800)), max_size=60))
 def test_invariants_hold_under_any_sequence(ops: list[tuple[str, int]]) -> None:
     """Held bytes never pass the capacity or the large share; every grant is given back

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.pipeline.detokenize import IncrementalDetokenizer
 from smg.pipeline.tokenizer import Tokenizer
@@ -57,7 +58,7 @@ def test_never_emits_partial_characters() -> None:
     assert any(p == "" for p in pieces)  # some tokens carried only part of a character
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     words=st.lists(st.sampled_from(" ".join(TEXTS).split(" ")), min_size=1, max_size=30),
     seed=st.integers(0, 2**16),
@@ -70,7 +71,7 @@ def test_random_texts_random_chunks(words: list[str], seed: int) -> None:
     assert stream(ids, sizes) == text
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(ids=st.lists(st.integers(0, 151642), min_size=1, max_size=40))
 def test_arbitrary_id_sequences(ids: list[int]) -> None:
     # Random ids include lone UTF-8 fragments: the stream must still equal the full decode,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hpack as reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.pipeline.backends import hpack
 
@@ -19,7 +20,7 @@ HEADER_LISTS = st.lists(st.lists(st.tuples(NAMES | st.text("abcxyz-", min_size=1
                                  max_size=8), min_size=1, max_size=12)  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     lists=HEADER_LISTS,
     huffman=st.booleans(),

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from radix_checks import check_invariants
+from support.examples import examples
 
 from smg.pipeline.radix_eviction import Eviction
 from smg.pipeline.radix_tree import RadixTree
@@ -85,7 +86,7 @@ keys = st.text("abc", min_size=1, max_size=8)
 tenants = st.sampled_from(["a", "b", "c"])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(st.tuples(keys, tenants), max_size=30),
     st.integers(0, 12),

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from radix_checks import check_invariants
+from support.examples import examples
 
 from smg.pipeline.radix_eviction import Eviction
 from smg.pipeline.radix_tree import PrefixMatch, RadixTree
@@ -244,7 +245,7 @@ token_keys = st.lists(st.integers(0, 3), max_size=8).map(tuple)
 tenants = st.sampled_from(["w0", "w1", "w2"])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.one_of(
         st.tuples(st.lists(st.tuples(text_keys, tenants), max_size=25), st.lists(text_keys)),
@@ -271,7 +272,7 @@ def test_match_equals_brute_force(
     assert tree.total_size == len(prefixes([k for k, _ in inserted]))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.tuples(text_keys, tenants), max_size=30), st.integers(0, 12))
 def test_evict_bounds_sizes_and_keeps_newest_key(
     inserted: list[tuple[str, str]], bound: int
@@ -301,7 +302,7 @@ def test_evict_bounds_sizes_and_keeps_newest_key(
             assert max(last[p] for p in gone) <= min(last[p] for p in kept)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(
         st.one_of(
@@ -328,7 +329,7 @@ def test_random_operations_keep_invariants(ops: list[tuple[str, object, str]]) -
         check_invariants(tree)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.tuples(text_keys, tenants), max_size=25), tenants)
 def test_remove_tenant_equals_never_inserting_it(
     inserted: list[tuple[str, str]], gone: str
@@ -355,7 +356,7 @@ def snapshot(tree: RadixTree, queries: Sequence[AnyKey]) -> tuple[object, ...]:
     )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.lists(st.tuples(text_keys, tenants), max_size=30),
     st.integers(0, 12),
@@ -434,7 +435,7 @@ def test_a_leaf_extended_between_steps_is_no_leaf_any_more() -> None:
     assert tree.evict(2) == 2 and tree.match("abcd").matched == 2
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(st.tuples(text_keys, tenants), max_size=25),
     st.integers(0, 10),

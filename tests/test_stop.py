@@ -7,6 +7,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.pipeline.stop import StopMatcher, compile_stops
 
@@ -100,7 +101,7 @@ def reference(stops: list[str], text: str, include: bool) -> tuple[str, str | No
     return text, None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     stops=st.lists(st.text("ab", min_size=1, max_size=12), min_size=1, max_size=6),
     text=st.text("abc", max_size=80),
@@ -116,7 +117,7 @@ def test_matches_the_brute_force_reference(
         assert run(stops, chunks, include) == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     stops=st.lists(st.text(ALPHABET, min_size=1, max_size=6), min_size=1, max_size=4),
     text=st.text(ALPHABET, max_size=60),
@@ -164,7 +165,7 @@ def test_a_long_partial_match_is_held_then_released() -> None:
     assert m.finish() == ""
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     stops=st.lists(st.text(ALPHABET, min_size=1, max_size=4), max_size=4),
     text=st.text(ALPHABET, max_size=40),

@@ -12,6 +12,7 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.pipeline.chat_template import ChatTemplate
 from smg.pipeline.token_cache import (
@@ -145,7 +146,7 @@ def test_complete_after_l0_hit_is_a_no_op() -> None:
     assert cache.probe("<s>a").ids == toy_encode("<s>a")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.text(alphabet="ab </>s|x<", max_size=12), min_size=1, max_size=12))
 def test_toy_cache_always_equals_plain_encode(texts: list[str]) -> None:
     cache = TokenCache(cfg(tokenizer_cache_l1_max_memory=2000), SPECIAL)
@@ -197,7 +198,7 @@ def render(contents: list[str], thinking: bool) -> str:
 
 
 @real
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(contents=turns, thinking=st.booleans())
 def test_split_at_special_token_boundary_is_exact(contents: list[str], thinking: bool) -> None:
     specials = qwen()[2]

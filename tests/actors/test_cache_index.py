@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
-from radix_checks import check_invariants
+from support.radix_checks import check_invariants
 
 from smg.actors.cache_index import (
     MAX_SLICE_UNITS,

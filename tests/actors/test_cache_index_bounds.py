@@ -9,8 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from radix_checks import check_invariants
-from test_cache_index import Cand
+from support.radix_checks import check_invariants
 
 from smg.actors.cache_index import CacheIndexActor, CacheTreeCollector
 from smg.actors.runtime import ActorRef
@@ -24,6 +23,8 @@ from smg.pipeline.policies.cache_aware import (
     TENANT_SLACK,
     CacheAwarePolicy,
 )
+
+from .test_cache_index import Cand
 
 WORKERS = ("w0", "w1", "w2")
 CAP = 400_000

@@ -209,7 +209,7 @@ def test_forget_drops_everything() -> None:
 
 
 def test_kv_index_is_pure() -> None:
-    path = Path(__file__).resolve().parent.parent / "smg" / "pipeline" / "kv_index.py"
+    path = Path(__file__).resolve().parents[2] / "smg" / "pipeline" / "kv_index.py"
     mods = {
         (n.module or "").split(".")[0]
         for n in ast.walk(ast.parse(path.read_text()))

@@ -3,7 +3,7 @@ fresh node's requests where other nodes sent them."""
 
 from __future__ import annotations
 
-from policy_fakes import workers
+from support.policy_fakes import workers
 
 from smg.pipeline.policies.base import RouteRequest
 from smg.pipeline.policies.cache_aware import CacheAwarePolicy

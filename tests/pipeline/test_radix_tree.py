@@ -8,8 +8,8 @@ from typing import TypeAlias
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from radix_checks import check_invariants
 from support.examples import examples
+from support.radix_checks import check_invariants
 
 from smg.pipeline.radix_eviction import Eviction
 from smg.pipeline.radix_tree import PrefixMatch, RadixTree

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import openai
 import pytest
 from integration.conftest import REPO, Gateway, Launcher, free_port, http
-from tls_certs import Pki, make_pki
+from support.tls_certs import Pki, make_pki
 
 
 @pytest.fixture(scope="module")

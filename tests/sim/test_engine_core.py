@@ -212,7 +212,7 @@ def test_runs_are_deterministic() -> None:
 
 @pytest.mark.parametrize("module", ["engine_core.py", "script.py"])
 def test_pure_modules_import_no_io(module: str) -> None:
-    path = Path(__file__).resolve().parent.parent / "smg" / "sim" / module
+    path = Path(__file__).resolve().parents[2] / "smg" / "sim" / module
     imported: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):

@@ -1,7 +1,7 @@
 """The lean gRPC data path's asyncio shell (`grpc_lean.LeanChannel`) against scripted raw HTTP/2
 servers on loopback: batching, status mapping, deadlines, keepalive, GOAWAY, lost connections,
 and TLS (grpcs://: a reconnect keeps TLS, ALPN h2 is required, certificates are checked).
-The behaviour against real grpc.aio servers is in test_grpc_adapter.py (which runs Generate on
+The behaviour against real grpc.aio servers is in test_grpc.py (which runs Generate on
 this path) and here for the grpc.aio fallback."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ssl import SSLContext, SSLError
 from typing import Any
 
 import pytest
-from tls_certs import make_pki
+from support.tls_certs import make_pki
 
 from smg.pipeline.backends import hpack
 from smg.pipeline.backends.grpc_errors import CallError

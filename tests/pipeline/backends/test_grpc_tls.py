@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tls_certs import Pki, make_pki
+from support.tls_certs import Pki, make_pki
 
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.backends.http import UpstreamError

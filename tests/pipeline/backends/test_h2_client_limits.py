@@ -10,7 +10,6 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from test_h2_client import grpc_message, headers_frame, opened, parse_frames, server_settings
 
 from smg.pipeline.backends import hpack
 from smg.pipeline.backends.h2_client import (
@@ -46,6 +45,8 @@ from smg.pipeline.backends.h2_frames import (
 )
 from smg.pipeline.backends.h2_headers import MAX_CONTINUATIONS, MAX_HEADER_LIST_BYTES
 from smg.pipeline.backends.h2_send import MAX_OWED_CONTROL_FRAMES
+
+from .test_h2_client import grpc_message, headers_frame, opened, parse_frames, server_settings
 
 HOW = ["whole", "bytes", "random"]
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from tls_certs import Pki, make_pki
+from support.tls_certs import Pki, make_pki
 
 from smg.actors.load_monitor import make_fetch
 from smg.actors.snapshots import WorkerSnapshot

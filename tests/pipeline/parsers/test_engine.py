@@ -21,7 +21,7 @@ from smg.pipeline.parsers.types import CallDelta, ParseDelta, aggregate
 
 from .chunking import assert_chunk_invariant, call, chunkings
 
-PARSERS_DIR = Path(__file__).resolve().parents[2] / "smg" / "pipeline" / "parsers"
+PARSERS_DIR = Path(__file__).resolve().parents[3] / "smg" / "pipeline" / "parsers"
 
 
 def scan(markers: Markers, chunks: list[str]) -> list[tuple[str, str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from policy_fakes import W, workers
+from support.policy_fakes import W, workers
 
 from smg.actors.snapshots import SnapshotCell
 from smg.config import RoutingConfig

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from policy_fakes import W, workers
+from support.policy_fakes import W, workers
 
 from smg.config import POLICIES, RoutingConfig
 from smg.pipeline.policies import (
@@ -80,7 +80,7 @@ def test_factory_wires_cache_aware_config_and_shared_state() -> None:
 
 def test_policy_modules_are_pure() -> None:
     """No clock, socket or event loop in the pure modules, and no module-level randomness."""
-    root = Path(__file__).resolve().parents[1] / "smg" / "pipeline"
+    root = Path(__file__).resolve().parents[3] / "smg" / "pipeline"
     files = [root / "radix_tree.py", *sorted((root / "policies").glob("*.py"))]
     assert len(files) == 12
     for path in files:

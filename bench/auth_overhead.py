@@ -32,11 +32,11 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from smg import errors
-from smg.actors.snapshots import RegistrySnapshot
 from smg.api.auth import AuthGate
 from smg.api.middleware import edge_middleware
 from smg.config import AuthConfig, GatewayConfig, ServerConfig
 from smg.core.auth import Gate
+from smg.core.snapshots import RegistrySnapshot
 from smg.metrics import Metrics
 
 KEY = "sk-bench-0123456789abcdef0123456789abcdef"

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from smg.pipeline.tokenizer import Tokenizer, default_pool_size
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 WORDS = (
     "gateway worker token stream cache prefix request latency policy retry breaker health "

@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from smg.config import POLICIES, RoutingConfig  # noqa: E402
 from smg.pipeline.policies import make_policy  # noqa: E402
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir  # noqa: E402
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procs import stop_all  # noqa: E402

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from smg.pipeline.token_cache import TokenCache, TokenCacheConfig
 from smg.pipeline.tokenizer import Tokenizer
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 WORDS = (
     "the model gateway routes requests to workers and streams tokens back while caching prefixes "

@@ -10,4 +10,6 @@ if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 .venv/bin/ruff check smg tests bench
 .venv/bin/ruff format --check smg tests bench
 .venv/bin/mypy smg
+# the layer order, the simulator's isolation and zero import cycles (pyproject [tool.importlinter])
+.venv/bin/lint-imports --no-cache --no-logo
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

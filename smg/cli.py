@@ -7,17 +7,16 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import os
-import signal
 import sys
 import types
 import typing
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from smg.config import ConfigError, GatewayConfig, SimConfig, replace_path
+from smg.process import run_until_signal, until_stopped
 
 COMMANDS = ("launch", "node", "sim", "dev")
 
@@ -185,51 +184,6 @@ def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
         args = ["launch", *args]
     ns = make_parser().parse_args(args)
     return ns.command or "launch", ns
-
-
-def install_uvloop() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
-def run_until_signal(main: Callable[[asyncio.Event], Any]) -> None:
-    """Run `main(stop)`; SIGTERM/SIGINT set `stop` (a second signal exits at once). SIGHUP, whose
-    default action kills the process (a closed terminal, a reload habit), is logged and ignored:
-    there is nothing to reload, and streams in flight must not die for it."""
-    install_uvloop()
-
-    async def runner() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def on_signal() -> None:
-            if stop.is_set():
-                os._exit(130)
-            stop.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal)
-        loop.add_signal_handler(signal.SIGHUP, _on_hangup)
-        await main(stop)
-
-    asyncio.run(runner())
-
-
-def _on_hangup() -> None:
-    import structlog
-
-    structlog.get_logger("smg").warning("sighup_ignored", detail="nothing to reload; still serving")
-
-
-async def until_stopped(serve: Callable[[], Coroutine[Any, Any, Any]], stop: asyncio.Event) -> None:
-    """Run `serve()` (which runs until cancelled) until `stop` is set."""
-    async with asyncio.TaskGroup() as tg:
-        task = tg.create_task(serve())
-        await stop.wait()
-        task.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,8 +20,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from smg.actors.snapshots import RegistrySnapshot, WorkerSnapshot
 from smg.core.health import HealthStatus
+from smg.core.snapshots import RegistrySnapshot, WorkerSnapshot
 
 disable_created_metrics()  # `_created` series double the scrape for no use here
 

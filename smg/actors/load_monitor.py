@@ -24,8 +24,8 @@ from typing import Any, Protocol
 import structlog
 
 from smg.actors.runtime import Actor
-from smg.actors.snapshots import SnapshotCell, WorkerSnapshot
 from smg.config import RoutingConfig
+from smg.core.snapshots import SnapshotCell, WorkerSnapshot
 from smg.pipeline.backends.grpc_pool import EnginePool, is_grpc_url
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.loads import LoadBoard, WorkerLoad

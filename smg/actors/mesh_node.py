@@ -24,7 +24,7 @@ import structlog
 
 from smg.actors.mesh_transport import FaultPlan, MeshTransport
 from smg.actors.runtime import Actor
-from smg.actors.snapshots import SnapshotCell
+from smg.core.snapshots import SnapshotCell
 from smg.mesh.config import MeshConfig
 from smg.mesh.keyring import Keyring
 from smg.mesh.messages import (

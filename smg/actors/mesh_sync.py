@@ -23,7 +23,7 @@ import structlog
 from smg.actors.messages import AddWorker, RemoveWorker
 from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import Actor, ActorRef
-from smg.actors.snapshots import RegistrySnapshot, SnapshotCell
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.mesh.worker_records import HybridClock, WorkerDirectory, public_spec
 
 log = structlog.get_logger("smg.mesh_sync")

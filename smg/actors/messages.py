@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smg.actors.snapshots import WorkerSnapshot
+from smg.core.snapshots import WorkerSnapshot
 
 
 # --- to a WorkerActor ---------------------------------------------------------------------------
@@ -23,13 +23,6 @@ class BreakerPoll:
 @dataclass(frozen=True, slots=True)
 class ProbeTick:
     """Time for the next health check."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeResult:
-    ok: bool
-    model_id: str | None = None
-    detail: str = ""
 
 
 # --- to the RegistryActor -----------------------------------------------------------------------

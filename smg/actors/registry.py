@@ -15,11 +15,11 @@ import structlog
 
 from smg.actors.messages import AddWorker, RemoveWorker, WorkerChanged
 from smg.actors.runtime import Actor, ActorRef
-from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.actors.worker import Prober, WorkerActor, initial_snapshot
 from smg.config import CircuitBreakerConfig, HealthConfig
 from smg.core.circuit_breaker import CircuitBreaker
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 
 log = structlog.get_logger("smg.registry")
 

@@ -16,8 +16,8 @@ from typing import Any
 import structlog
 
 from smg.actors.runtime import Actor
-from smg.actors.snapshots import SnapshotCell
 from smg.config import TokenizerConfig
+from smg.core.snapshots import SnapshotCell
 from smg.pipeline.token_cache import TokenCache, TokenCacheConfig
 from smg.pipeline.tokenizer import Tokenizer
 from smg.pipeline.tokenizer_download import TokenizerSource, fetch_tokenizer

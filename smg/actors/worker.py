@@ -12,12 +12,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from smg.actors.messages import BreakerPoll, Outcome, ProbeResult, ProbeTick, WorkerChanged
+from smg.actors.messages import BreakerPoll, Outcome, ProbeTick, WorkerChanged
 from smg.actors.runtime import Actor, ActorRef
-from smg.actors.snapshots import LoadCounter, WorkerSnapshot
 from smg.config import CircuitBreakerConfig, HealthConfig
 from smg.core.circuit_breaker import BreakerState, CircuitBreaker
-from smg.core.health import HealthStatus, WorkerHealth
+from smg.core.health import HealthStatus, ProbeResult, WorkerHealth
+from smg.core.snapshots import LoadCounter, WorkerSnapshot
 
 log = structlog.get_logger("smg.worker")
 

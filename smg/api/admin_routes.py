@@ -22,9 +22,9 @@ from smg import __version__
 from smg.actors.messages import AddWorker, RemoveWorker
 from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import ActorRef
-from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.api import requests as rq
 from smg.core.health import HealthStatus
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.core.worker_urls import DeniedWorkerUrl, InvalidWorkerUrl
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.pd import readiness_gap

@@ -27,7 +27,6 @@ from smg.actors.load_monitor import LoadMonitorActor, LoadReport, make_fetch, mo
 from smg.actors.registry import RegistryActor
 from smg.actors.request import InFlight
 from smg.actors.runtime import ActorRef
-from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Strategy, Supervisor
 from smg.actors.tokenizers import EnsureTokenizer, TokenizerRegistryActor
 from smg.api.admin_routes import AdminRoutes
@@ -59,6 +58,7 @@ from smg.config import (
 )
 from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.metrics import Metrics
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber, is_grpc_url

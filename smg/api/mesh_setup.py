@@ -28,12 +28,12 @@ from smg.actors.mesh_sync import Announce, DirectoryChanged, MeshSyncActor, spec
 from smg.actors.mesh_transport import FaultPlan
 from smg.actors.messages import AddWorker
 from smg.actors.runtime import ActorRef
-from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.api.mesh_routes import MeshCollector, MeshRoutes
 from smg.api.rate_limiting import rate_limit_middleware
 from smg.clock import Clock
 from smg.config import ConfigError, GatewayConfig, MeshNodeConfig
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.mesh import cache_summary, rate_limit, worker_records
 from smg.mesh.cache_summary import CacheSummaries
 from smg.mesh.config import MeshConfig, is_loopback

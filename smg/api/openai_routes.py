@@ -16,12 +16,12 @@ import aiohttp
 from aiohttp import web
 
 from smg.actors.request import InFlight
-from smg.actors.snapshots import WorkerSnapshot
 from smg.api import requests as rq
 from smg.api.admission import Admission
 from smg.api.pd_routes import PdRoutes
 from smg.api.pipeline_routes import ROUTING_KEY_HEADER, PipelineRoutes
 from smg.api.relay import HttpRelay
+from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.policies.base import RouteRequest

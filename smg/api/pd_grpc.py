@@ -32,9 +32,9 @@ from aiohttp import web
 from google.protobuf import json_format
 
 from smg import errors
-from smg.actors.snapshots import WorkerSnapshot
 from smg.api.pd_routes import LegFailed, PdRoutes, fail_client, leg_done
 from smg.api.relay import ROUTED_WORKER_HEADER
+from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline import pd
 from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.grpc_contract import SGLANG

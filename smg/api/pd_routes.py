@@ -23,7 +23,6 @@ import structlog
 from aiohttp import web
 
 from smg import errors
-from smg.actors.snapshots import WorkerSnapshot
 from smg.api.relay import (
     ROUTED_WORKER_HEADER,
     SSE_HEADERS,
@@ -32,6 +31,7 @@ from smg.api.relay import (
     sse_error,
 )
 from smg.clock import Clock
+from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline import pd
 from smg.pipeline.backends.http import DROP_RESPONSE, HttpBackend, ResponseTooLarge, UpstreamError
 from smg.pipeline.engine_ids import with_engine_ids

@@ -20,9 +20,9 @@ import structlog
 from aiohttp import web
 
 from smg import errors
-from smg.actors.snapshots import SnapshotCell, WorkerSnapshot
 from smg.api.pd_grpc import GrpcPd
 from smg.api.relay import ROUTED_WORKER_HEADER, HttpRelay
+from smg.core.snapshots import SnapshotCell, WorkerSnapshot
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
 from smg.pipeline.chat_template import TemplateError
 from smg.pipeline.engine_types import EngineRequest, SamplingParams

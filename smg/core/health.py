@@ -13,6 +13,7 @@ worker actor) runs the probes on its clock and hands each result here with `now`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from smg.config import HealthConfig
@@ -27,6 +28,15 @@ class HealthStatus(Enum):
     @property
     def routable(self) -> bool:
         return self is HealthStatus.READY
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """One health check's answer, as a transport's prober reports it to the worker actor."""
+
+    ok: bool
+    model_id: str | None = None
+    detail: str = ""
 
 
 class WorkerHealth:

@@ -49,11 +49,6 @@ DEFAULT_MAX_BLOCKS_PER_WORKER = 1 << 20  # ~16M tokens of KV at 16-token blocks
 _LOCALITY_REMOTE = 2  # common_pb2.KV_CACHE_LOCALITY_REMOTE
 
 
-def chain_key(parent: int, tokens: Sequence[int]) -> int:
-    """The content key of a block of `tokens` following the block keyed `parent`."""
-    return hash((parent, tuple(tokens)))
-
-
 class Verdict(enum.Enum):
     APPLIED = "applied"  # in order (or a load-only batch)
     DUPLICATE = "duplicate"  # already applied: skipped

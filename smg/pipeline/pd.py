@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from smg import errors
-from smg.actors.snapshots import WorkerSnapshot
+from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline.policies.base import Policy, RouteRequest
 
 PREFILL = "prefill"

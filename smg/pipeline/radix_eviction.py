@@ -147,3 +147,18 @@ class Eviction:
                     if self._lru is not None and heap is not self._lru:
                         push(self._lru, entry)
         return budget, False
+
+
+def evict(tree: RadixTree, max_size_per_tenant: int, max_bytes: int | None = None) -> int:
+    """Drop least-recently-used leaves of each tenant above the bound; returns elements freed.
+
+    Each tenant over the bound loses its oldest leaves (by its own access times) until its size
+    is at most `max_size_per_tenant`; then, with `max_bytes`, the oldest leaves of any tenant go
+    until `total_bytes` is at most that. A node no tenant holds any more is removed. Cost: one
+    pass over the tree plus a heap pop per evicted node, all at once: a shell on an event loop
+    should run an `Eviction` in slices instead.
+    """
+    job = Eviction(tree, max_size_per_tenant, max_bytes)
+    while not job.step(1 << 62):
+        pass
+    return job.freed

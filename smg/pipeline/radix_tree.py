@@ -27,7 +27,7 @@ tenant entry, and the key object itself (`sys.getsizeof`: 49 + n bytes for an AS
 prompts (1-4 tenants, shared prefixes or not), the estimate is within 15% of the real memory;
 `tests/pipeline/test_radix_tree_bytes.py` holds it to 25%. An owner bounds the tree with it (the
 cache-aware state refuses an insert that could pass its byte cap: `insert_bound`) and evicts
-toward a byte target (`smg.pipeline.radix_eviction.Eviction`).
+toward a byte target (`smg.pipeline.radix_eviction`: `Eviction` in steps, `evict` at once).
 """
 
 from __future__ import annotations
@@ -304,19 +304,3 @@ class RadixTree:
         for node in reversed(held):
             if node.parent is not None:
                 self._drop(node, tenant)
-
-    def evict(self, max_size_per_tenant: int, max_bytes: int | None = None) -> int:
-        """Drop least-recently-used leaves of each tenant above the bound; returns elements freed.
-
-        Each tenant over the bound loses its oldest leaves (by its own access times) until its
-        size is at most `max_size_per_tenant`; then, with `max_bytes`, the oldest leaves of any
-        tenant go until `total_bytes` is at most that. A node no tenant holds any more is
-        removed. Cost: one pass over the tree plus a heap pop per evicted node, all at once: a
-        shell on an event loop should run an `Eviction` in slices instead.
-        """
-        from smg.pipeline.radix_eviction import Eviction
-
-        job = Eviction(self, max_size_per_tenant, max_bytes)
-        while not job.step(1 << 62):
-            pass
-        return job.freed

@@ -21,10 +21,10 @@ import structlog
 
 from smg import errors
 from smg.actors.messages import Outcome
-from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.clock import Clock
 from smg.core.circuit_breaker import is_failure_status
 from smg.core.retry import RetryPolicy, is_retryable_status
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.policies.base import Policy, RouteRequest
 

@@ -195,9 +195,6 @@ class EngineCore:
     def take_events(self) -> list[KvEvent]:
         return self._cache.take_events()
 
-    def has_seq(self, seq_id: Hashable) -> bool:
-        return seq_id in self._seqs
-
     def load(self, now: float, window_s: float = 5.0) -> Load:
         bs = self.config.block_size
         while self._rate and self._rate[0][0] < now - window_s:

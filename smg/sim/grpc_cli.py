@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from smg.process import run_until_signal
 from smg.sim import script as sc
 from smg.sim.engine_actor import GrpcSimConfig
 from smg.sim.grpc_engine import REALISTIC, serve
@@ -109,8 +110,6 @@ def config_from_args(ns: argparse.Namespace) -> GrpcSimConfig:
 
 def run_grpc(args: argparse.Namespace) -> None:
     """`smg sim --grpc ...`: serve until SIGINT/SIGTERM."""
-    from smg.cli import run_until_signal
-
     cfg = config_from_args(args)
     run_until_signal(lambda stop: serve(cfg, stop))
 

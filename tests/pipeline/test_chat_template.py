@@ -16,7 +16,7 @@ from smg.pipeline.chat_template import (
     hf_tojson,
     template_wants_object_arguments,
 )
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 
 @pytest.fixture(scope="module")

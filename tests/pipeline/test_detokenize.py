@@ -12,7 +12,7 @@ from support.examples import examples
 
 from smg.pipeline.detokenize import IncrementalDetokenizer
 from smg.pipeline.tokenizer import Tokenizer
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 TEXTS = [
     "Hello, world! Ça va? Naïve café, résumé, jalapeño.",

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from support.examples import examples
 from support.radix_checks import check_invariants
 
-from smg.pipeline.radix_eviction import Eviction
+from smg.pipeline.radix_eviction import Eviction, evict
 from smg.pipeline.radix_tree import PrefixMatch, RadixTree
 
 AnyKey: TypeAlias = str | tuple[int, ...]
@@ -155,7 +155,7 @@ def test_evict_removes_least_recently_used_first() -> None:
     tree.insert("bbbb", "t", 2.0)
     tree.insert("cccc", "t", 3.0)
     tree.insert("aaaa", "t", 4.0)  # refresh: now "bbbb" is the oldest
-    assert tree.evict(8) == 4
+    assert evict(tree, 8) == 4
     assert tree.match("bbbb") == PrefixMatch(0, ())
     assert tree.match("aaaa").matched == 4
     assert tree.match("cccc").matched == 4
@@ -169,7 +169,7 @@ def test_match_does_not_refresh_access_time() -> None:
     tree.insert("new", "t", 2.0)
     for _ in range(3):
         assert tree.match("old").matched == 3
-    tree.evict(3)
+    evict(tree, 3)
     assert tree.match("old").matched == 0
     assert tree.match("new").matched == 3
 
@@ -179,7 +179,7 @@ def test_evict_is_per_tenant() -> None:
     tree.insert("shared-a", "big", 1.0)
     tree.insert("shared-b", "big", 2.0)
     tree.insert("shared-a", "small", 0.5)
-    freed = tree.evict(8)
+    freed = evict(tree, 8)
     assert freed == 1  # "big" drops its oldest leaf "a"; "small" is within the bound
     assert tree.tenant_sizes() == {"big": 8, "small": 8}
     assert sorted_match(tree.match("shared-a")) == PrefixMatch(8, ("small",))
@@ -192,11 +192,11 @@ def test_evict_walks_up_and_merges_leftovers() -> None:
     tree.insert("prefix-1", "t", 1.0)
     tree.insert("prefix-2", "t", 2.0)
     assert tree.node_count == 3
-    assert tree.evict(8) == 1
+    assert evict(tree, 8) == 1
     assert tree.node_count == 1, "'prefix-' and '2' are merged once '1' is gone"
     assert tree.match("prefix-2") == PrefixMatch(8, ("t",))
     # With a bound below the last key, the leaf and then its parents go, newest last.
-    assert tree.evict(0) == 8
+    assert evict(tree, 0) == 8
     assert (tree.node_count, tree.total_size, tree.tenant_sizes()) == (0, 0, {})
 
 
@@ -207,7 +207,7 @@ def test_evict_keeps_a_recently_used_short_prefix() -> None:
     tree.insert("ba", "t", 0.0)
     tree.insert("bb", "t", 1.0)
     tree.insert("b", "t", 2.0)
-    assert tree.evict(1) == 2
+    assert evict(tree, 1) == 2
     assert tree.match("b") == PrefixMatch(1, ("t",))
     assert tree.match("bb").matched == 1
     check_invariants(tree)
@@ -216,7 +216,7 @@ def test_evict_keeps_a_recently_used_short_prefix() -> None:
 def test_evict_under_bound_is_a_no_op() -> None:
     tree = RadixTree()
     tree.insert("abc", "t", 1.0)
-    assert tree.evict(3) == 0
+    assert evict(tree, 3) == 0
     assert tree.tenant_size("t") == 3
 
 
@@ -281,7 +281,7 @@ def test_evict_bounds_sizes_and_keeps_newest_key(
     for i, (key, tenant) in enumerate(inserted):
         tree.insert(key, tenant, float(i))
     before = {t: tree.tenant_size(t) for t in ("w0", "w1", "w2")}
-    freed = tree.evict(bound)
+    freed = evict(tree, bound)
     check_invariants(tree)
     after = {t: tree.tenant_size(t) for t in ("w0", "w1", "w2")}
     assert freed == sum(before.values()) - sum(after.values())
@@ -321,7 +321,7 @@ def test_random_operations_keep_invariants(ops: list[tuple[str, object, str]]) -
             tree.insert(arg, tenant, float(i))
         elif op == "evict":
             assert isinstance(arg, int)
-            tree.evict(arg)
+            evict(tree, arg)
             assert all(size <= arg for size in tree.tenant_sizes().values())
         else:
             tree.remove_tenant(tenant)
@@ -369,7 +369,7 @@ def test_evict_in_steps_equals_evict_at_once(
     for i, (key, tenant) in enumerate(inserted):
         whole.insert(key, tenant, float(i))
         sliced.insert(key, tenant, float(i))
-    freed = whole.evict(bound)
+    freed = evict(whole, bound)
     job = Eviction(sliced, bound)
     steps = 0
     while not job.step(budget):
@@ -432,7 +432,7 @@ def test_a_leaf_extended_between_steps_is_no_leaf_any_more() -> None:
     assert tree.match("xy").matched == 0
     assert tree.match("abcd") == PrefixMatch(4, ("t",))
     assert tree.tenant_size("t") == 4
-    assert tree.evict(2) == 2 and tree.match("abcd").matched == 2
+    assert evict(tree, 2) == 2 and tree.match("abcd").matched == 2
 
 
 @settings(max_examples=examples(150), deadline=None)
@@ -475,6 +475,6 @@ def test_requests_between_steps_keep_the_tree_consistent(
             tree.remove_tenant(tenant)
         check_invariants(tree)
     check_invariants(tree)
-    tree.evict(bound)  # whatever the moving tree hid from the pass, the next one finishes
+    evict(tree, bound)  # whatever the moving tree hid from the pass, the next one finishes
     assert all(size <= bound for size in tree.tenant_sizes().values())
     check_invariants(tree)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from support.examples import examples
 from support.radix_checks import check_invariants
 
-from smg.pipeline.radix_eviction import Eviction
+from smg.pipeline.radix_eviction import Eviction, evict
 from smg.pipeline.radix_tree import RadixTree
 
 WORKERS = [f"http://10.0.0.{i}:8000" for i in range(8)]
@@ -67,7 +67,7 @@ def test_evicting_to_a_byte_target_drops_the_least_recent_first() -> None:
     for i in range(100):  # 100 unrelated prompts, over 4 workers, in time order
         tree.insert(f"{i:03d}:" + "x" * 200, WORKERS[i % 4], float(i))
     target = tree.total_bytes // 3
-    tree.evict(10**9, max_bytes=target)  # no tenant over its element bound: bytes only
+    evict(tree, 10**9, max_bytes=target)  # no tenant over its element bound: bytes only
     check_invariants(tree)
     assert tree.total_bytes <= target
     kept = [i for i in range(100) if tree.match(f"{i:03d}:").matched]
@@ -100,7 +100,7 @@ def test_both_bounds_hold_after_a_pass_in_steps_or_at_once(
     for i, (key, tenant) in enumerate(inserted):
         whole.insert(key, tenant, float(i))
         sliced.insert(key, tenant, float(i))
-    freed = whole.evict(bound, max_bytes)
+    freed = evict(whole, bound, max_bytes)
     job = Eviction(sliced, bound, max_bytes)
     while not job.step(budget):
         check_invariants(sliced)

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from smg.actors.snapshots import LoadCounter, RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.config import RetryConfig
 from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
+from smg.core.snapshots import LoadCounter, RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.errors import ApiError
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.policies import RoundRobinPolicy, RouteRequest

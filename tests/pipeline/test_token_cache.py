@@ -21,7 +21,7 @@ from smg.pipeline.token_cache import (
     TokenCacheConfig,
     make_token_cache,
 )
-from smg.pipeline.tokenizer_files import qwen3_available, qwen3_tokenizer_dir
+from smg.sim.tokenizer_files import qwen3_available, qwen3_tokenizer_dir
 
 SPECIAL = {"<s>": 1000, "</s>": 1001, "<|x|>": 1002}
 _SPLIT = re.compile("(" + "|".join(map(re.escape, SPECIAL)) + ")")

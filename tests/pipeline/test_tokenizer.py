@@ -11,7 +11,7 @@ import pytest
 
 from smg.pipeline.token_cache import TokenCache, TokenCacheConfig
 from smg.pipeline.tokenizer import INLINE_ENCODE_MAX_CHARS, Tokenizer
-from smg.pipeline.tokenizer_files import qwen3_tokenizer_dir
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 IM_START, IM_END, EOT = 151644, 151645, 151643
 _SHARED: dict[str, Tokenizer] = {}

@@ -17,9 +17,9 @@ import grpc
 import structlog
 
 from smg import errors
-from smg.actors.messages import ProbeResult
-from smg.actors.snapshots import WorkerSnapshot
+from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper
+from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.http import UpstreamError

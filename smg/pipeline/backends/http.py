@@ -23,9 +23,9 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from smg.actors.messages import ProbeResult
-from smg.actors.snapshots import WorkerSnapshot
+from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper, Watch
+from smg.core.snapshots import WorkerSnapshot
 
 CONTROL_BODY_BYTES = 4 * 1024 * 1024  # health, model list, loads: small JSON documents
 

@@ -173,10 +173,6 @@ class DeltaSink:
         self._calls: list[CallDelta] = []
         self._next_index = 0
 
-    @property
-    def call_count(self) -> int:
-        return self._next_index
-
     def normal(self, text: str) -> None:
         if text:
             self._normal.append(text)
@@ -191,11 +187,6 @@ class DeltaSink:
         self._next_index += 1
         self._calls.append(CallDelta(index, self._id_factory(index), name, arguments))
         return index
-
-    def call_arguments(self, index: int, fragment: str) -> None:
-        """Append an arguments fragment to an open call (for formats that stream arguments)."""
-        if fragment:
-            self._calls.append(CallDelta(index, None, None, fragment))
 
     def take(self) -> ParseDelta:
         if not (self._normal or self._reasoning or self._calls):

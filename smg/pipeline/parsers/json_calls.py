@@ -6,8 +6,8 @@ client sees a call only once its JSON is closed (typically tens of tokens after 
 gain is that nothing uncertain is ever sent: a malformed call can still be returned as plain
 text, and the arguments are re-serialised canonically (`canonical_json`), so streaming and
 non-streaming agree byte for byte whatever the chunking. A format that wants true incremental
-arguments can use `DeltaSink.begin_call` + `call_arguments`, provided the fragments it emits
-concatenate to the same canonical text.
+arguments would add to `DeltaSink` a way to append fragments (`CallDelta` with no id or name),
+provided the fragments it emits concatenate to the same canonical text.
 """
 
 from __future__ import annotations

@@ -55,9 +55,6 @@ class ParseDelta:
         return bool(self.normal_text or self.reasoning_text or self.calls)
 
 
-EMPTY_DELTA = ParseDelta()
-
-
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A complete call: `arguments` is a JSON object as a string (OpenAI `function.arguments`)."""

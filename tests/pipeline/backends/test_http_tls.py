@@ -15,10 +15,10 @@ import pytest
 from support.tls_certs import Pki, make_pki
 
 from smg.actors.load_monitor import make_fetch
-from smg.actors.snapshots import WorkerSnapshot
 from smg.actors.worker import initial_snapshot
 from smg.config import CircuitBreakerConfig, SimConfig
 from smg.core.circuit_breaker import CircuitBreaker
+from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend, HttpProber, UpstreamError
 from smg.sim.http_worker import build_app, start

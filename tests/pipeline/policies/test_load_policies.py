@@ -8,8 +8,8 @@ import random
 import pytest
 from support.policy_fakes import W, workers
 
-from smg.actors.snapshots import SnapshotCell
 from smg.config import RoutingConfig
+from smg.core.snapshots import SnapshotCell
 from smg.pipeline.loads import LoadBoard, WaitParams, WorkerLoad
 from smg.pipeline.policies import (
     BucketPolicy,

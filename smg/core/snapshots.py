@@ -1,4 +1,4 @@
-"""Immutable views the actors publish for the hot path.
+"""Immutable views the actors publish for the hot path (value types: any layer may read them).
 
 Owners build a new snapshot on every change and swap it into a `SnapshotCell`; readers take
 `cell.value` and use it for the whole request. The one mutable piece is `LoadCounter`, the
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
+from smg.core.circuit_breaker import BreakerSnapshot
 from smg.core.health import HealthStatus
 
 T = TypeVar("T")
@@ -66,10 +66,6 @@ class WorkerSnapshot:
 
     def routable(self, now: float) -> bool:
         return self.health is HealthStatus.READY and self.breaker.allows(now)
-
-    @property
-    def circuit_open(self) -> bool:
-        return self.breaker.state is BreakerState.OPEN
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,9 @@
 
 - `integration`: real processes, or sockets to other processes: everything under
   tests/integration/, and any test that takes a process fixture (`launch`, `module_launch`).
-- `chaos`: fault injection and long seeded simulations; marked explicitly in their files
-  (`pytestmark = pytest.mark.chaos`), since neither folder nor fixture tells them apart.
+- `chaos`: fault injection, hostile load and long seeded simulations; marked explicitly
+  (`pytestmark = pytest.mark.chaos` in a file, or on a test or parameter), since neither folder
+  nor fixture tells them apart.
 - `unit`: everything else (in-process, no other process); `pytest -m unit` is the fast tier.
 
 An explicit tier mark wins over the rule; tests/conftest.py applies `default_tier` to the rest.

@@ -1,10 +1,13 @@
-"""Every collected test has exactly one tier, and the rule in support/tiers.py holds for it."""
+"""Every collected test has exactly one tier, the rule in support/tiers.py holds for it, and
+hypothesis counts follow the loaded profile."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +57,18 @@ def test_a_unit_test_cannot_start_a_process() -> None:
 async def test_nor_through_asyncio() -> None:
     with pytest.raises(ProcessInUnitTest):
         await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+
+
+def test_every_hypothesis_count_follows_the_profile() -> None:
+    """A literal `max_examples=N` would ignore `--hypothesis-profile=fast`: use examples(N)."""
+    tests = Path(__file__).resolve().parents[1]
+    literal = [
+        f"{path.relative_to(tests)}:{node.lineno}"
+        for path in sorted(tests.rglob("*.py"))
+        if path.name != "examples.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.keyword)
+        and node.arg == "max_examples"
+        and isinstance(node.value, ast.Constant)
+    ]
+    assert literal == []

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -62,6 +64,7 @@ def test_overhead_summary_pairs_reps_and_prices_chunks() -> None:
     assert "Gateway peak RSS: 50 MB" in text
 
 
+@pytest.mark.integration  # runs bench/overhead.py (worker + gateway processes)
 def test_overhead_runs_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "o.jsonl"
     cmd = [sys.executable, str(BENCH / "overhead.py"), "--conc", "2", "--duration", "1",
@@ -182,6 +185,7 @@ def test_policy_ab_summary_and_goals() -> None:
     )
 
 
+@pytest.mark.integration  # runs bench scripts as processes
 def test_policy_ab_and_radix_bench_run(tmp_path: Path) -> None:
     out = tmp_path / "ab.json"
     cmd = [sys.executable, str(BENCH / "policy_ab.py"), "--policies", "round_robin,no_such",

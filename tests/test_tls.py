@@ -13,7 +13,7 @@ import pytest
 import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from tls_certs import Pki, handshake, make_pki
+from support.tls_certs import Pki, handshake, make_pki
 
 from smg.cli import gateway_config_from, parse
 from smg.config import ConfigError, TlsConfig

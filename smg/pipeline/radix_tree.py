@@ -25,9 +25,9 @@ node `NODE_BYTES` (the node, its two small dicts, its entry in its parent), `TEN
 tenant entry, and the key object itself (`sys.getsizeof`: 49 + n bytes for an ASCII `str`, up to
 76 + 4n for other text, 64 + 4n for token ids). Measured with tracemalloc on trees of random
 prompts (1-4 tenants, shared prefixes or not), the estimate is within 15% of the real memory;
-`tests/test_radix_tree.py` holds it to 25%. An owner bounds the tree with it (the cache-aware
-state refuses an insert that could pass its byte cap: `insert_bound`) and evicts toward a byte
-target (`smg.pipeline.radix_eviction`: `Eviction` in steps, `evict` at once).
+`tests/pipeline/test_radix_tree_bytes.py` holds it to 25%. An owner bounds the tree with it (the
+cache-aware state refuses an insert that could pass its byte cap: `insert_bound`) and evicts
+toward a byte target (`smg.pipeline.radix_eviction`: `Eviction` in steps, `evict` at once).
 """
 
 from __future__ import annotations

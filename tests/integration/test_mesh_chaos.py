@@ -19,6 +19,8 @@ import pytest
 from .conftest import Launcher, wait_until
 from .test_mesh import Node, add_worker, all_alive, start_node, start_trio
 
+pytestmark = pytest.mark.chaos  # real processes killed, paused and partitioned
+
 GONE = ("dead", "left", None)
 
 

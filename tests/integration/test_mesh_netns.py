@@ -32,6 +32,8 @@ import pytest
 
 from .conftest import REPO, http, wait_until
 
+pytestmark = pytest.mark.chaos  # kernel partitions between network namespaces
+
 KEY = "netns-cluster-key"
 # The nodes serve HTTP beyond loopback (10.x addresses): the admin plane needs a control-plane key.
 ADMIN_KEY = "netns-admin-key"

@@ -23,6 +23,8 @@ from .chaos import (
 )
 from .simnet import SimNet
 
+pytestmark = pytest.mark.chaos  # seeded SWIM simulations over many seeds
+
 # kill -> DEAD on every survivor, p99 over seeds (the targets).
 DETECT_P99_S = {3: 9.0, 5: 12.0, 10: 12.0, 20: 14.0}
 DETECT_SEEDS = {3: 20, 5: 20, 10: 20, 20: 12}

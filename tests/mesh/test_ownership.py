@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pycrdt import Doc, Map
+from support.examples import examples
 
 from smg.mesh import rate_limit, worker_records
 from smg.mesh import yupdate as y
@@ -209,7 +210,7 @@ def test_own_writes_are_indexed_at_the_ids_pycrdt_gives_them() -> None:
             assert r._index.key_at(s.client, s.clock) is not None
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5), st.integers(0, 3)), max_size=40))
 def test_legitimate_traffic_in_any_order_is_never_refused(ops: list[tuple[int, int, int]]) -> None:
     rng = random.Random(len(ops))

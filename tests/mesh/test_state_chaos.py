@@ -24,6 +24,8 @@ from .statenet import (
     state_loss,
 )
 
+pytestmark = pytest.mark.chaos  # seeded state-level simulations under injected faults
+
 HEAL_P99_S = 15.0  # halves healed -> replicated documents identical, N=10
 
 

@@ -10,6 +10,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.mesh.codec import CodecError, decode_packet, encode_packet, is_addr
 from smg.mesh.config import MeshConfig
@@ -99,7 +100,7 @@ _scalars = st.one_of(
 _trees = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=6), max_leaves=30)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.integers(min_value=0, max_value=22), st.lists(_trees, max_size=5))
 def test_structured_fuzz_decodes_or_raises_codec_error(tag: int, fields: list[object]) -> None:
     data = _raw([tag, *fields])
@@ -110,7 +111,7 @@ def test_structured_fuzz_decodes_or_raises_codec_error(tag: int, fields: list[ob
     assert decode_packet(encode_packet(msg, None), None) == msg  # whatever decodes re-encodes
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_decode_or_raise_codec_error(data: bytes) -> None:
     for framed in (data, b"\x02" + data):
@@ -139,7 +140,7 @@ def _all_effects_encode(effects: list[object]) -> None:
             encode_packet(e.message, None)  # raises ValueError if anything is out of range
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.tuples(

@@ -9,6 +9,8 @@ import sys
 import pytest
 from integration.conftest import REPO
 
+pytestmark = pytest.mark.integration  # every case starts `smg launch`
+
 SECRET = "sekrit-value-0123456789"
 CASES = [
     (["--tenant-api-key", SECRET], "TENANT:KEY"),

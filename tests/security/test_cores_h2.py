@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import test_grpc_lean
-from test_grpc_lean import PATH, Peer, read_all
+from pipeline.backends import test_grpc_lean
+from pipeline.backends.test_grpc_lean import PATH, Peer, read_all
 
 from smg.pipeline.backends import hpack
 from smg.pipeline.backends.grpc_errors import CallError

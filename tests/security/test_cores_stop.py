@@ -14,6 +14,7 @@ import tracemalloc
 from typing import Any
 
 import psutil
+import pytest
 from integration.conftest import Launcher, assert_openai_error
 
 from smg.pipeline.output import ChoiceState, OutputSpec
@@ -29,6 +30,7 @@ def chars(ids: Any, skip_special_tokens: bool = True) -> str:
     return "".join(map(chr, ids))
 
 
+@pytest.mark.chaos  # hostile load: 10 x 100 K characters under tracemalloc (6-12 s)
 def test_finding_13_request_shape_adds_under_20_mb_in_the_output_stage() -> None:
     output = "a" * 50_000 + "ab" * 25_000  # 100 K characters of near-misses
     ids = [ord(c) for c in output]

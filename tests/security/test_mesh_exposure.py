@@ -29,6 +29,7 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SMG_")}
 
 
+@pytest.mark.integration  # starts `smg node`
 def test_a_mesh_beyond_loopback_without_a_key_refuses_to_start() -> None:
     argv = [sys.executable, "-m", "smg", "node", "--mesh-host", "0.0.0.0"]
     argv += ["--mesh-port", str(free_port()), "--port", str(free_port())]

@@ -4,7 +4,7 @@ or link-local hosts, nor outside an operator's allowlist.
 Before the fix `POST /workers` accepted any URL, link-local and cloud-metadata addresses
 included, and the gateway then probed it (and sent it requests with its key). Now such a URL is
 400 `INVALID_WORKER_URL` at registration, a command-line one stops the gateway at start-up, and
-every connect is checked again after DNS (see tests/test_worker_urls.py for the socket level).
+every connect is checked again after DNS (see tests/core/test_worker_urls.py for the socket level).
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ def test_a_denied_worker_is_never_contacted(launch: Launcher) -> None:
         assert worker.all_seen() == []
 
 
+@pytest.mark.integration  # starts `smg launch`
 @pytest.mark.parametrize(
     "flags",
     [

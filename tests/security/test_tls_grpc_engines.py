@@ -16,7 +16,7 @@ import time
 
 import pytest
 from integration.conftest import Engine, Launcher, assert_openai_error
-from tls_certs import Pki, make_pki
+from support.tls_certs import Pki, make_pki
 
 MESSAGES = [{"role": "user", "content": "SIM_REPLY:hello over grpcs"}]
 

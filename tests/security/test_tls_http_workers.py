@@ -23,7 +23,7 @@ from integration.conftest import (
     assert_openai_error,
     free_port,
 )
-from tls_certs import Pki, make_pki
+from support.tls_certs import Pki, make_pki
 
 MESSAGES = [{"role": "user", "content": "hello over mutual TLS"}]
 

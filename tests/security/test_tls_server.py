@@ -20,7 +20,7 @@ from collections.abc import Callable
 import openai
 import pytest
 from integration.conftest import REPO, Gateway, Launcher, free_port, http
-from tls_certs import Pki, make_pki
+from support.tls_certs import Pki, make_pki
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +125,7 @@ def _launch_fails(*flags: str) -> str:
     return done.stderr.strip()
 
 
+@pytest.mark.integration  # starts `smg launch`
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -158,6 +159,7 @@ def test_an_unusable_tls_config_stops_start_up_with_one_line(
     assert re.search(message, stderr), (message, stderr)
 
 
+@pytest.mark.integration  # starts `smg sim`
 def test_sim_refuses_a_half_configured_certificate(pki: Pki) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMG_")}
     for extra in ([], ["--grpc"]):

@@ -3,8 +3,8 @@ contract it uses. Pure.
 
 `grpc_requests` builds each runtime's requests and `grpc_replies` normalises its replies; this
 module names the runtimes, their services and generated modules, and lists every field and RPC
-the two of them touch (`USED_FIELDS`, `USED_METHODS`), which tests/test_grpc_contract.py checks
-against the installed descriptors.
+the two of them touch (`USED_FIELDS`, `USED_METHODS`), which
+tests/pipeline/backends/test_grpc_contract.py checks against the installed descriptors.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ PROTO_MODULES: dict[str, Any] = {
 # Every proto field this adapter reads or writes, as "name:type" with the type written as
 #   float (scalar), float? (explicit presence: proto3 optional), uint32[] (repeated),
 #   map<int32,float>, a message type by name, string|constraint (a member of that oneof).
-# tests/test_grpc_contract.py checks each entry against the installed descriptors.
+# tests/pipeline/backends/test_grpc_contract.py checks each entry against the installed descriptors.
 def _fields(spec: str) -> dict[str, str]:
     return dict(item.split(":", 1) for item in spec.split())
 

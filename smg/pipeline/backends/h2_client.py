@@ -273,7 +273,10 @@ class ClientConnection(SendSide):
             pos += 5 + n
         stream.unread += pos
         if pos < end:
-            stream.buf = bytearray(data[pos:])
+            if data is buf:
+                del buf[:pos]  # in place: a message spread over many frames stays linear
+            else:
+                stream.buf = bytearray(data[pos:])
         elif buf:
             stream.buf = bytearray()
         if flags & FLAG_END_STREAM:

@@ -1,0 +1,1 @@
+"""Tests of smg/pipeline/policies/."""

@@ -1,0 +1,1 @@
+"""Helpers shared by tests in more than one folder (tests/ is on sys.path: `import support...`)."""

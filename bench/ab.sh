@@ -17,7 +17,8 @@
 #   bench/ab.sh http                        # BASE_REV=HEAD~1, chat + chat_stream, c=1,16,64
 #   bench/ab.sh grpc
 #   BASE_REV=df438de CONC=1,64 REPS=5 bench/ab.sh grpc
-# Env: BASE_REV [HEAD~1]  KEY [0]  OPEN [1]  MODES [chat,chat_stream]  CONC [1,16,64]  REPS [3]
+# Env: BASE_REV [HEAD~1]  KEY [0]  OPEN [1]  POLICY [round_robin]  MODES [chat,chat_stream]
+#   CONC [1,16,64]  REPS [3]
 #   DURATION [5]  WARMUP [1]  PORT_BASE [18700]  SMG_PYTHON [.venv/bin/python]
 #   SHARED_BENCH [<repo>/../shared/bench]  SMG_BENCH_HOME [~/.cache/smg-bench]
 #   RESULTS [<repo>/bench/results]
@@ -92,7 +93,7 @@ gateway() { # name dir port extra-flags...: start `python -m smg launch` from `d
   local name=$1 dir=$2 port=$3; shift 3
   # `env` execs python, so the pid measured is the gateway itself; PYTHONPATH picks the revision.
   env PYTHONPATH="$dir" "$SMG_PYTHON" -m smg launch --host 127.0.0.1 --port "$port" \
-    --policy round_robin --prometheus-port 0 --log-level warn \
+    --policy "${POLICY:-round_robin}" --prometheus-port 0 --log-level warn \
     --worker-urls "$UPSTREAM" "${GW_ARGS[@]}" "$@" >"$LOGDIR/ab-$name.log" 2>&1 &
   LAST=$!; PIDS+=("$LAST")
 }

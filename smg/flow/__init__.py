@@ -38,9 +38,10 @@ cap of upstream answers (relay.py, through the HTTP adapter's watch), and the ru
 client's departure is never a worker's failure (a write that finds the client gone, or the
 handler's cancellation, settles the attempt with outcome None).
 
-Layering: smg.api (edges) → smg.flow → smg.actors (snapshots, messages) → smg.pipeline stages and
-backends, smg.core → smg.config, smg.errors, smg.clock. Nothing here imports smg.api or smg.app;
-the composition root (smg.app) builds the `Flow` from the config.
+Layering (checked by the import contracts in pyproject.toml): smg.api (edges) → smg.flow →
+smg.actors (the outcome messages to worker actors) → smg.pipeline stages and backends → smg.core
+(published snapshots, state machines) → smg.config, smg.errors, smg.clock. Nothing here imports
+smg.api or smg.app; the composition root (smg.app) builds the `Flow` from the config.
 
 Hot path: per request the flow builds one `Request` (a NamedTuple: 0.3 µs, where a frozen
 slotted dataclass of the same twelve fields costs 1.2 µs), per streamed batch it calls the

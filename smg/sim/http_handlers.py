@@ -33,6 +33,7 @@ from aiohttp import web
 
 from smg.config import SimConfig
 from smg.errors import ApiError, invalid_request, missing_field
+from smg.sim import http_native as native
 from smg.sim.http_wire import (
     CHAT_END,
     CHUNK_HEAD,
@@ -117,6 +118,10 @@ class SimWorker:
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
         return await self._hot(request, "embed")
 
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        """SGLang's native /generate (its shapes: http_native.py)."""
+        return await self._hot(request, "native")
+
     async def _hot(self, request: web.Request, kind: str) -> web.StreamResponse:
         st = self.stats
         st.requests += 1
@@ -126,6 +131,8 @@ class SimWorker:
             body = await read_object(request)
             if kind == "embed":
                 return await self._embed(body, beh)
+            if kind == "native":
+                return await self._native(request, native.completion_body(body), beh)
             return await self._generate(request, body, beh, kind == "chat")
         except ApiError as err:
             st.failed += 1
@@ -160,6 +167,39 @@ class SimWorker:
             return await self._unary(plan, beh)
         finally:
             self.stats.in_flight_tokens -= tokens
+
+    async def _native(
+        self, request: web.Request, body: dict[str, Any], beh: Behaviour
+    ) -> web.StreamResponse:
+        body = self._pd_role(body)
+        plan = plan_request(
+            body,
+            chat=False,
+            default_tokens=beh.output_tokens,
+            default_model=self.cfg.model,
+            gen=self.gen,
+        )
+        self._check_failure(beh)
+        rid, offset, total = self._new_id("gen"), plan.offsets[0], plan.max_tokens
+        if not plan.stream:
+            if beh.first_token_ms > 0:
+                await self.sleep(beh.first_token_ms / 1000.0)
+            self.stats.completed += 1
+            text = self.gen.text(offset, total)
+            return web.Response(
+                body=native.answer(rid, plan, text), content_type="application/json"
+            )
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        await resp.prepare(request)
+        words: list[str] = []
+        for done in range(total):
+            words.extend(self.gen.words(offset, done, 1))
+            last = done + 1 == total
+            await resp.write(native.event(rid, plan, "".join(words), done + 1, last))
+        await resp.write(DONE)
+        await resp.write_eof()
+        self.stats.completed += 1
+        return resp
 
     def _pd_role(self, body: dict[str, Any]) -> dict[str, Any]:
         """Count the request's bootstrap room; a decode worker insists on the bootstrap fields,

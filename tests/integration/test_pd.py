@@ -3,6 +3,7 @@ prefill-role sim (with a bootstrap port) and a decode-role sim."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -140,3 +141,29 @@ def test_workers_api_takes_worker_type_and_bootstrap_port(launch: Launcher) -> N
     done = gw.client().chat.completions.create(model="sim-model", messages=MESSAGES)
     assert done.choices[0].message.content
     assert _rooms(prefill) == _rooms(decode) and len(_rooms(decode)) == 1
+
+
+def test_generate_runs_through_pd_over_http(launch: Launcher) -> None:
+    """SGLang's /generate in HTTP PD mode goes through the pair like chat: both workers see the
+    request with one shared bootstrap room (the decode worker refuses one without), the prefill
+    leg is cut to one token, and the client gets the decode worker's answer, whole and streamed."""
+    gw, prefill, decode = _pd(launch)
+    body = {"model": "sim-model", "text": "hello pd", "sampling_params": {"max_new_tokens": 6}}
+    r = gw.request("POST", "/generate", body)
+    assert r.status == 200, r
+    out = r.json()
+    assert out["text"] and out["meta_info"]["completion_tokens"] == 6, out
+    assert out["meta_info"]["finish_reason"] == {"type": "length"}
+    assert r.header("X-SMG-Prefill-Worker-Id") != r.header("X-SMG-Routed-Worker-Id")
+
+    r = gw.request("POST", "/generate", {**body, "stream": True})
+    assert r.status == 200, r
+    lines = [ln[6:] for ln in r.body.decode().splitlines() if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]" and len(lines) == 6 + 1, lines
+    events = [json.loads(ln) for ln in lines[:-1]]
+    assert events[-1]["text"] == out["text"]  # cumulative, as SGLang streams it
+    assert all(e["meta_info"]["finish_reason"] is None for e in events[:-1])
+
+    p_rooms, d_rooms = _rooms(prefill), _rooms(decode)
+    assert len(d_rooms) == 2 and p_rooms == d_rooms
+    assert prefill.stats()["completed"] == 2 and decode.stats()["completed"] == 2

@@ -333,3 +333,16 @@ async def test_stream_sleeps_ttft_then_one_gap_per_token(timed: Sim) -> None:
         assert r.status == 200
         await r.read()
     assert timed.sleeps == [pytest.approx(0.05)] + [pytest.approx(0.01)] * 4
+
+
+async def test_native_generate_answers_in_sglangs_shape(sim: Sim) -> None:
+    body = {"text": "Tell me a story.", "sampling_params": {"max_new_tokens": 5}}
+    status, out = await sim.post("/generate", body)
+    assert status == 200, out
+    assert out["meta_info"]["completion_tokens"] == 5
+    assert out["meta_info"]["finish_reason"] == {"type": "length"}
+    status, by_ids = await sim.post("/generate", {"input_ids": [1, 2, 3]})
+    assert status == 200 and by_ids["meta_info"]["prompt_tokens"] == 3
+    for bad, param in (({}, "text"), ({"text": "x", "sampling_params": 3}, "sampling_params")):
+        status, err = await sim.post("/generate", bad)
+        assert status == 400 and err["error"]["code"] == BAD and err["error"]["param"] == param

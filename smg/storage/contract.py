@@ -199,3 +199,11 @@ def page_window(ids: Sequence[str], query: ListQuery) -> tuple[list[int], bool]:
             return [], False
     stop = max(-1, start - query.limit)
     return list(range(start, stop, -1)), stop > -1
+
+
+def input_items_page(record: StoredResponse | None, query: ListQuery) -> Page | None:
+    """A page of a stored response's input items (they live in its record); None without one."""
+    if record is None:
+        return None
+    positions, has_more = page_window(item_ids(record.input_items), query)
+    return Page(tuple(record.input_items[i] for i in positions), has_more)

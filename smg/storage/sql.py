@@ -12,7 +12,6 @@ Every public call runs under the backend's timeout; a driver error or a timeout 
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -23,14 +22,14 @@ from smg.storage import codec
 from smg.storage.contract import (
     Conversation,
     Item,
-    ItemConflict,
     ListQuery,
     Page,
     StorageError,
     StoredResponse,
+    input_items_page,
     item_ids,
-    page_window,
 )
+from smg.storage.deadline import bounded
 
 T = TypeVar("T")
 
@@ -117,17 +116,10 @@ class SqlStorage:
         self._timeout_s = timeout_s
 
     async def _call(self, op: str, work: Callable[[], Awaitable[T]]) -> T:
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                return await work()
-        except TimeoutError:
-            raise StorageError(
-                f"{self._dialect.name} {op} timed out after {self._timeout_s}s"
-            ) from None
-        except self._dialect.unique_violation as e:
-            raise ItemConflict(f"an item id is already in the conversation ({op})") from e
-        except self._dialect.errors as e:
-            raise StorageError(f"{self._dialect.name} {op} failed: {type(e).__name__}") from None
+        d = self._dialect
+        return await bounded(
+            d.name, op, self._timeout_s, d.errors, work, conflicts=(d.unique_violation,)
+        )
 
     # ---- responses
     async def put_response(self, record: StoredResponse) -> None:
@@ -173,11 +165,7 @@ class SqlStorage:
     async def list_input_items(
         self, tenant: str, response_id: str, query: ListQuery
     ) -> Page | None:
-        record = await self.get_response(tenant, response_id)
-        if record is None:
-            return None
-        positions, has_more = page_window(item_ids(record.input_items), query)
-        return Page(tuple(record.input_items[i] for i in positions), has_more)
+        return input_items_page(await self.get_response(tenant, response_id), query)
 
     # ---- conversations
     async def create_conversation(

@@ -16,6 +16,7 @@ import pytest
 from smg.storage.contract import Storage
 from smg.storage.memory import MemoryStorage
 from smg.storage.postgres import PostgresStorage
+from smg.storage.redis import RedisStorage
 from smg.storage.sqlite import SqliteStorage
 
 Opener = Callable[[], Awaitable[Storage]]
@@ -76,11 +77,23 @@ async def _postgres(request: pytest.FixtureRequest) -> AsyncIterator[Opener]:
     yield opener
 
 
+@contextlib.asynccontextmanager
+async def _redis(request: pytest.FixtureRequest) -> AsyncIterator[Opener]:
+    url: str = request.getfixturevalue("redis_url")
+    prefix = f"t{next(_databases)}:"  # each test its own key space on the session's server
+
+    async def opener() -> Storage:
+        return await RedisStorage.open(url, prefix=prefix)
+
+    yield opener
+
+
 BACKENDS = [
     pytest.param(Backend("memory", False, _memory), id="memory"),
     pytest.param(Backend("sqlite", True, _sqlite), id="sqlite"),
     pytest.param(
         Backend("postgres", True, _postgres), id="postgres", marks=pytest.mark.integration
     ),
+    pytest.param(Backend("redis", True, _redis), id="redis", marks=pytest.mark.integration),
 ]
 PERSISTENT = [p for p in BACKENDS if p.values[0].persistent]  # type: ignore[union-attr]

@@ -4,6 +4,7 @@ round trips, tenants isolated, pagination, delete, conflicts, copies, restart su
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -286,3 +287,18 @@ async def test_a_new_instance_on_the_same_store_sees_the_records(persistent: Bac
         assert page is not None and page.items == (_msg(0), _msg(1), _msg(2))
     finally:
         await second.close()
+
+
+async def test_concurrent_writers_lose_nothing(store: Storage) -> None:
+    """Many coroutines adding to one conversation and putting responses at once: every write
+    lands, each item exactly once."""
+    await store.create_conversation(Conversation(id="conv_1", tenant="t1", created_at=0))
+    await asyncio.gather(
+        *(store.add_items("t1", "conv_1", [_msg(i)]) for i in range(40)),
+        *(store.put_response(_response(rid=f"resp_{i}", n_input=1)) for i in range(20)),
+    )
+    page = await store.list_items("t1", "conv_1", ListQuery(limit=MAX_PAGE_LIMIT, order="asc"))
+    assert page is not None and not page.has_more
+    assert sorted(i["id"] for i in page.items) == [f"msg_{i:03d}" for i in range(40)]
+    for i in range(20):
+        assert await store.get_response("t1", f"resp_{i}") is not None

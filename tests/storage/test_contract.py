@@ -5,7 +5,9 @@ round trips, tenants isolated, pagination, delete, conflicts, copies, restart su
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager
 
 import pytest
 from hypothesis import given
@@ -19,12 +21,16 @@ from smg.storage.contract import (
     ItemConflict,
     ListQuery,
     Storage,
+    StorageError,
     StoredResponse,
     item_ids,
     page_window,
 )
+from smg.storage.postgres import PostgresStorage
+from smg.storage.redis import RedisStorage
 
 from .backends import BACKENDS, PERSISTENT, Backend
+from .servers import postgres_server, redis_server
 
 
 def _model_page(ids: list[str], q: ListQuery) -> tuple[list[str], bool]:
@@ -302,3 +308,30 @@ async def test_concurrent_writers_lose_nothing(store: Storage) -> None:
     assert sorted(i["id"] for i in page.items) == [f"msg_{i:03d}" for i in range(40)]
     for i in range(20):
         assert await store.get_response("t1", f"resp_{i}") is not None
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("server", "opener"),
+    [
+        (postgres_server, lambda url: PostgresStorage.open(url, timeout_s=1.0)),
+        (redis_server, lambda url: RedisStorage.open(url, timeout_s=1.0)),
+    ],
+    ids=["postgres", "redis"],
+)
+async def test_a_server_that_dies_gives_storage_errors_within_the_timeout(
+    server: Callable[[], AbstractContextManager[str]],
+    opener: Callable[[str], Awaitable[Storage]],
+) -> None:
+    with server() as url:
+        store = await opener(url)
+        await store.put_response(_response())
+    try:
+        started = time.monotonic()
+        with pytest.raises(StorageError):
+            await store.get_response("t1", "resp_1")
+        with pytest.raises(StorageError):
+            await store.add_items("t1", "conv_1", [_msg(0)])
+        assert time.monotonic() - started < 5.0
+    finally:
+        await store.close()

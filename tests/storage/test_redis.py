@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from smg.storage.contract import Conversation, StorageError, StoredResponse
 from smg.storage.redis import DAY_S, RedisStorage
 
-from .servers import blackhole, free_port, redis_server
+from .servers import blackhole, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -60,18 +60,3 @@ async def test_a_refused_connection_is_a_storage_error_without_the_password() ->
     with pytest.raises(StorageError) as caught:
         await RedisStorage.open(f"redis://:s3cret@127.0.0.1:{free_port()}/0", timeout_s=1.0)
     assert "s3cret" not in str(caught.value)
-
-
-async def test_a_server_that_dies_gives_storage_errors() -> None:
-    with redis_server() as url:
-        store = await RedisStorage.open(url, timeout_s=0.5)
-        await store.put_response(_resp("r", "t"))
-    try:
-        started = time.monotonic()
-        with pytest.raises(StorageError):
-            await store.get_response("t", "r")
-        with pytest.raises(StorageError):
-            await store.add_items("t", "c", [{"id": "i"}])
-        assert time.monotonic() - started < 3.0
-    finally:
-        await store.close()

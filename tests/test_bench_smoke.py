@@ -202,3 +202,18 @@ def test_policy_ab_and_radix_bench_run(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr[-2000:]
     rows = json.loads((tmp_path / "radix.json").read_text())["rows"]
     assert [r["n"] for r in rows] == [200, 200] and all(r["bytes_per_node"] > 0 for r in rows)
+
+
+def test_storage_latency_percentiles_and_a_memory_run() -> None:
+    import asyncio
+
+    import storage_latency
+
+    from smg.storage.memory import MemoryStorage
+
+    got = storage_latency.percentiles([i / 1e6 for i in range(1, 101)])
+    assert got == {"p50_us": 50.0, "p99_us": 99.0, "max_us": 100.0}
+    assert storage_latency.percentiles([]) == {"p50_us": 0.0, "p99_us": 0.0, "max_us": 0.0}
+    result = asyncio.run(storage_latency.measure(MemoryStorage(), 30))
+    assert set(result) == {"put_response", "get_response", "add_item", "list_items_20"}
+    assert all(0 < r["p50_us"] <= r["p99_us"] <= r["max_us"] for r in result.values())

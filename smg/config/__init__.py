@@ -6,7 +6,8 @@ gateway, so its users can switch without relearning). `smg/cli.py` walks this tr
 argument parser, so a knob exists exactly once.
 
 The tree is split by concern: `knobs` (the declaration helper, ConfigError, tree helpers),
-`serving` (how requests are served), `exposure` (auth, TLS, client limits, upstream bounds);
+`serving` (how requests are served), `exposure` (auth, TLS, client limits, upstream bounds),
+`storage` (stored responses and conversations);
 `GatewayConfig` and `SimConfig` compose them here, and every name is importable from
 `smg.config`.
 """
@@ -41,8 +42,10 @@ from smg.config.serving import (
     effective_max_attempts,
     effective_max_concurrency,
 )
+from smg.config.storage import HISTORY_BACKENDS, StorageConfig, check_storage
 
 __all__ = [
+    "HISTORY_BACKENDS",
     "POLICIES",
     "AdmissionConfig",
     "AuthConfig",
@@ -59,11 +62,13 @@ __all__ = [
     "RoutingConfig",
     "ServerConfig",
     "SimConfig",
+    "StorageConfig",
     "TlsConfig",
     "TokenizerConfig",
     "UpstreamConfig",
     "WorkersConfig",
     "check_limits",
+    "check_storage",
     "effective_max_attempts",
     "effective_max_concurrency",
     "effective_max_connections",
@@ -91,6 +96,7 @@ class GatewayConfig:
     tls: TlsConfig = field(default_factory=TlsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
 
 
 @dataclass(frozen=True, slots=True)

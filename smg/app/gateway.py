@@ -39,6 +39,7 @@ from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
+from smg.api.responses_routes import ResponsesRoutes
 from smg.app.actors import CoreActors
 from smg.app.flow import build_flow
 from smg.app.mesh import GatewayMesh
@@ -187,6 +188,7 @@ class Gateway:
         self.auth.install(app)
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
+        ResponsesRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         AdminRoutes(
             registry_cell=self.registry_cell,
             registry=self.actors.registry,

@@ -130,16 +130,20 @@ class ResponsesShaper:
         state.completion_tokens = max(before, ev.completion_tokens)
         text = state.feed(ev.token_ids) if isinstance(ev, TokenDelta) else state.finish(ev)
         delta = state.parse(text, final=state.done)
-        if self._thinking(delta):
-            self.reasoning_tokens += state.completion_tokens - before
+        self.reasoning_tokens += self._thinking(delta, state.completion_tokens - before)
         self._apply(delta)
 
-    def _thinking(self, delta: ParseDelta) -> bool:
-        """The event's tokens were reasoning (it said only reasoning, or nothing yet inside an
-        open reasoning item)."""
-        if delta.normal_text or delta.calls:
-            return False
-        return bool(delta.reasoning_text) or self._open_kind() == _REASONING
+    def _thinking(self, delta: ParseDelta, tokens: int) -> int:
+        """How many of an event's `tokens` were reasoning: all when it said only reasoning (or
+        nothing yet, inside an open reasoning item); a share by characters when it said reasoning
+        and more (a batch of tokens); engines do not say which token was which."""
+        said = len(delta.normal_text) + sum(
+            len(c.arguments) + len(c.name or "") for c in delta.calls
+        )
+        thought = len(delta.reasoning_text)
+        if not said:
+            return tokens if thought or self._open_kind() == _REASONING else 0
+        return round(tokens * thought / (thought + said))
 
     def _apply(self, delta: ParseDelta) -> None:
         if delta.reasoning_text:
@@ -305,7 +309,8 @@ class ResponsesShaper:
         output = self.state.completion_tokens
         return {
             "input_tokens": self.prompt_tokens,
-            "input_tokens_details": {"cached_tokens": self.cached_tokens},
+            # cache_write_tokens: engines do not report it (the SDK's model requires the field)
+            "input_tokens_details": {"cached_tokens": self.cached_tokens, "cache_write_tokens": 0},
             "output_tokens": output,
             "output_tokens_details": {"reasoning_tokens": min(self.reasoning_tokens, output)},
             "total_tokens": self.prompt_tokens + output,

@@ -24,6 +24,7 @@ held back and opens no message of its own.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -75,6 +76,8 @@ class ResponsesShaper:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.reasoning_tokens = 0
+        # the model has said something besides reasoning (without a parser it never reasons)
+        self.past_reasoning = spec.parser is None
         self.final: dict[str, Any] = {}  # the terminal response object, once ended
         self._frames: list[bytes] | None = None  # None: a whole answer (no events written)
         self._base = response_id.removeprefix("resp_")
@@ -126,17 +129,46 @@ class ResponsesShaper:
             self.error = ev.error or "the engine failed"
         self.prompt_tokens = max(self.prompt_tokens, ev.prompt_tokens)
         self.cached_tokens = max(self.cached_tokens, ev.cached_tokens)
-        before = state.completion_tokens
-        state.completion_tokens = max(before, ev.completion_tokens)
-        text = state.feed(ev.token_ids) if isinstance(ev, TokenDelta) else state.finish(ev)
-        delta = state.parse(text, final=state.done)
-        self.reasoning_tokens += self._thinking(delta, state.completion_tokens - before)
+        state.completion_tokens = max(state.completion_tokens, ev.completion_tokens)
+        if isinstance(ev, TokenDelta):
+            self._tokens(ev.token_ids)
+            return
+        if ev.token_ids:  # a whole answer's tokens come with its end
+            self._tokens(ev.token_ids)
+            if state.done:
+                return
+            ev = dataclasses.replace(ev, token_ids=[])
+        self._step(state.finish(ev), 0)
+
+    def _tokens(self, ids: list[int]) -> None:
+        """Feed output tokens. Until the reasoning has ended they go one at a time, so the
+        reasoning token count is exact and the same however the engine batched them (a stream
+        of single tokens or a whole answer in one event); the rest goes at once."""
+        state = self.state
+        if self.past_reasoning or len(ids) == 1:
+            self._step(state.feed(ids), len(ids))
+            return
+        for k in range(len(ids)):
+            self._step(state.feed(ids[k : k + 1]), 1)
+            if state.done:
+                return
+            if self.past_reasoning:
+                rest = ids[k + 1 :]
+                if rest:
+                    self._step(state.feed(rest), len(rest))
+                return
+
+    def _step(self, text: str, tokens: int) -> None:
+        delta = self.state.parse(text, final=self.state.done)
+        if delta.calls or delta.normal_text.strip():
+            self.past_reasoning = True
+        self.reasoning_tokens += self._thinking(delta, tokens)
         self._apply(delta)
 
     def _thinking(self, delta: ParseDelta, tokens: int) -> int:
-        """How many of an event's `tokens` were reasoning: all when it said only reasoning (or
-        nothing yet, inside an open reasoning item); a share by characters when it said reasoning
-        and more (a batch of tokens); engines do not say which token was which."""
+        """How many of `tokens` (those that said `delta`) were reasoning: all when they said
+        only reasoning (or nothing yet, inside an open reasoning item); a share by characters
+        when they said reasoning and more."""
         said = len(delta.normal_text) + sum(
             len(c.arguments) + len(c.name or "") for c in delta.calls
         )

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
+from support.responses_cases import QWEN_REPLY, WEATHER
 
 from smg.errors import ApiError
 from smg.pipeline.choice import OutputSpec
@@ -21,15 +22,6 @@ from smg.pipeline.responses_output import ResponsesRenderer, ResponsesShaper
 from smg.pipeline.responses_request import chat_body, parse_responses
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-QWEN_REPLY = (
-    "<think>\nThe user wants the weather.\n</think>\n\nLet me look.\n<tool_call>\n"
-    '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
-)
 
 
 def decode(ids: Sequence[int], skip_special_tokens: bool = True) -> str:

@@ -1,0 +1,144 @@
+"""`POST /v1/responses` end to end: the official `openai` SDK (`client.responses.create`, and
+`client.responses.stream` with its own event accumulator) -> gateway (gRPC mode) -> a simulated
+Qwen3 engine that answers exactly the text after `SIM_REPLY:` (one token per message, so every
+marker is split as finely as the tokenizer allows). The model name detects the qwen3 reasoning
+parser and the qwen tool-call parser; the gateway loads the bundled Qwen3 tokenizer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+import pytest
+from support.responses_cases import QWEN_REPLY, WEATHER
+
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
+
+from .conftest import Gateway, Launcher
+
+MODEL = "Qwen3-8B-sim"
+THINK_AND_CALL = f"SIM_REPLY: {QWEN_REPLY}"
+
+
+@dataclass
+class Setup:
+    gw: Gateway
+    client: openai.OpenAI
+
+
+@pytest.fixture(scope="module")
+def setup(module_launch: Launcher) -> Iterator[Setup]:
+    engine = module_launch.engine(MODEL, "vllm", chunk_tokens=1)
+    gw = module_launch.gateway([engine], tokenizer_path=qwen3_tokenizer_dir())
+    with gw.client(timeout_s=20.0) as client:
+        yield Setup(gw, client)
+
+
+def comparable(response: Any) -> dict[str, Any]:
+    """A response without what differs between two runs of one request (ids, times)."""
+    body = response.model_dump(exclude_none=True)
+    body.pop("id"), body.pop("created_at"), body.pop("completed_at", None)
+    for item in body["output"]:
+        item.pop("id")
+        item.pop("call_id", None)
+    return body
+
+
+def test_a_text_answer(setup: Setup) -> None:
+    resp = setup.client.responses.create(
+        model=MODEL, input="SIM_REPLY: Hello from the sim.", instructions="Be brief."
+    )
+    assert resp.id.startswith("resp_") and resp.object == "response"
+    assert resp.status == "completed"
+    assert resp.output_text == "Hello from the sim."
+    [msg] = resp.output
+    assert msg.type == "message" and msg.id.startswith("msg_") and msg.status == "completed"
+    assert resp.instructions == "Be brief." and resp.model == MODEL
+    assert resp.usage is not None
+    assert resp.usage.input_tokens > 0 and resp.usage.output_tokens > 0
+    assert resp.usage.total_tokens == resp.usage.input_tokens + resp.usage.output_tokens
+
+
+def test_reasoning_text_and_a_function_call(setup: Setup) -> None:
+    resp = setup.client.responses.create(
+        model=MODEL, input=THINK_AND_CALL, tools=[WEATHER], temperature=0
+    )
+    assert [item.type for item in resp.output] == ["reasoning", "message", "function_call"]
+    rs, _, fc = resp.output
+    assert rs.type == "reasoning" and rs.content is not None
+    assert rs.content[0].text == "The user wants the weather."
+    assert resp.output_text == "Let me look."
+    assert fc.type == "function_call" and fc.name == "get_weather"
+    assert fc.arguments == '{"city": "Oslo"}' and fc.call_id.startswith("call_")
+    assert resp.usage is not None and resp.usage.output_tokens_details.reasoning_tokens > 0
+
+
+def test_the_streamed_response_equals_the_whole_one(setup: Setup) -> None:
+    kwargs: dict[str, Any] = {"model": MODEL, "input": THINK_AND_CALL, "tools": [WEATHER]}
+    whole = setup.client.responses.create(**kwargs)
+    kinds: list[str] = []
+    text: list[str] = []
+    args: list[str] = []
+    with setup.client.responses.stream(**kwargs) as stream:
+        for event in stream:
+            kinds.append(event.type)
+            if event.type == "response.output_text.delta":
+                text.append(event.delta)
+            elif event.type == "response.function_call_arguments.delta":
+                args.append(event.delta)
+        final = stream.get_final_response()
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    for kind in (
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+    ):
+        assert kind in kinds
+    assert kinds.count("response.output_item.added") == 3
+    assert "".join(text) == "Let me look." and "".join(args) == '{"city": "Oslo"}'
+    assert comparable(final) == comparable(whole)
+
+
+def test_a_second_turn_carries_the_call_and_its_output(setup: Setup) -> None:
+    first = setup.client.responses.create(model=MODEL, input=THINK_AND_CALL, tools=[WEATHER])
+    call = first.output[2]
+    assert call.type == "function_call"
+    items: list[Any] = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    items += [item.model_dump(exclude_none=True) for item in first.output]
+    items.append({"type": "function_call_output", "call_id": call.call_id, "output": "5C"})
+    items.append({"role": "user", "content": "SIM_REPLY: It is 5C in Oslo."})
+    second = setup.client.responses.create(model=MODEL, input=items, tools=[WEATHER])
+    assert second.output_text == "It is 5C in Oslo."
+    assert second.usage is not None and first.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens  # the history was rendered
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code", "param"),
+    [
+        ({"tools": [{"type": "mcp", "server_label": "x", "server_url": "http://x"}]},
+         "unsupported_parameter", "tools[0]"),
+        ({"extra_body": {"frobnicate": 1}}, "unknown_parameter", "frobnicate"),
+        ({"temperature": 5}, "decimal_above_max_value", "temperature"),
+        ({"input": []}, "empty_array", "input"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_a_400_in_openai_shape(
+    setup: Setup, kwargs: dict[str, Any], code: str, param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        setup.client.responses.create(**{"model": MODEL, "input": "hi", **kwargs})
+    assert info.value.status_code == 400
+    assert info.value.code == code and info.value.param == param
+
+
+def test_an_unknown_model_is_a_404(setup: Setup) -> None:
+    with pytest.raises(openai.NotFoundError):
+        setup.client.responses.create(model="no-such-model", input="hi")

@@ -1,10 +1,21 @@
-"""OpenAI Responses endpoints: `POST /v1/responses` on the one request flow.
+"""OpenAI Responses endpoints on the one request flow, with stored responses.
 
-The edge reads the body, checks it into a `ResponsesRequest` (smg.pipeline.responses_request:
-unknown fields and what smg does not do yet get a 400 naming the field), maps it to the chat body
-token mode prepares (chat template, tool and reasoning parsers) and runs it through `Flow.serve`
-with the Responses renderer (smg.pipeline.responses_output), which shapes the engine's events as
-output items: a whole `response` object, or the typed event stream.
+`POST /v1/responses`: the edge reads the body, checks it into a `ResponsesRequest`
+(smg.pipeline.responses_request: unknown fields and what smg does not do yet get a 400 naming
+the field), rebuilds a `previous_response_id` chain from storage, maps the request to the chat
+body token mode prepares (chat template, tool and reasoning parsers) and runs it through
+`Flow.serve` with the Responses renderer (smg.pipeline.responses_output), which shapes the
+engine's events as output items: a whole `response` object, or the typed event stream.
+
+Storage (`store`, default true): the finished response (its input and output items, the response
+object as sent) is stored under the caller's tenant. A whole answer is stored before it is sent:
+when storage fails the client gets 503 `response_store_failed` instead of an answer it could not
+chain from. A stream has sent its `response.completed` by then: a failure to store it is logged
+(`response_store_failed`, with both request ids) and the response is simply not found later.
+`store: false` stores nothing, so such a response cannot be chained.
+
+`GET /v1/responses/{id}`, `DELETE /v1/responses/{id}` and `GET /v1/responses/{id}/input_items`
+(`after`, `limit`, `order`) read storage only.
 
 Token mode only for now: a model served by HTTP workers alone answers 501 (translating to the
 workers' chat completions and back is later work of issue 12).
@@ -14,40 +25,62 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import orjson
+import structlog
 from aiohttp import web
 
+from smg import errors
 from smg.api import requests as rq
 from smg.errors import ApiError
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
+from smg.pipeline.responses_items import stored_items
 from smg.pipeline.responses_output import ResponsesRenderer
-from smg.pipeline.responses_request import chat_body, parse_responses
+from smg.pipeline.responses_request import (
+    ResponsesRequest,
+    chat_body,
+    parse_responses,
+    with_history,
+)
 from smg.pipeline.sampling import sampling_from_openai
+from smg.storage import MAX_PAGE_LIMIT, ListQuery, Storage, StorageError, StoredResponse
+
+MAX_CHAIN = 256  # responses a previous_response_id chain may go back (a bound on the rebuild)
+NO_TENANT = ""  # the tenant of callers the auth gate gave none (no authentication configured)
+log = structlog.get_logger("smg.api")
 
 
-def new_response_id() -> str:
-    return f"resp_{os.urandom(24).hex()}"
+def new_id(prefix: str) -> str:
+    return f"{prefix}{os.urandom(24).hex()}"
 
 
 class ResponsesRoutes:
     def __init__(
-        self, *, flow: Flow, max_payload: int, new_id: Callable[[], str] = new_response_id
+        self,
+        *,
+        flow: Flow,
+        storage: Storage,
+        max_payload: int,
+        make_id: Callable[[str], str] = new_id,
     ) -> None:
         self.flow = flow
+        self.storage = storage
         self.max_payload = max_payload
-        self.new_id = new_id
+        self.make_id = make_id
 
     def install(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self.create)
+        app.router.add_get("/v1/responses/{id}", self.get)
+        app.router.add_delete("/v1/responses/{id}", self.delete)
+        app.router.add_get("/v1/responses/{id}/input_items", self.input_items)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         raw = await rq.read_body(request, self.max_payload)
         body = rq.parse_object(raw)
         parsed = parse_responses(body)
-        chat = chat_body(parsed)
-        sampling = sampling_from_openai(chat, chat=True)  # ranges, response_format
+        sampling = sampling_from_openai(chat_body(parsed), chat=True)  # ranges, response_format
         if not self.flow.serves_tokens(parsed.model):
             raise ApiError(
                 501,
@@ -56,7 +89,12 @@ class ResponsesRoutes:
                 "gRPC engines (token mode) in this gateway for now",
                 type="invalid_request_error",
             )
-        response_id = self.new_id()
+        tenant = _tenant(request)
+        if parsed.previous_response_id is not None:
+            history = await self._chain(tenant, parsed.previous_response_id)
+            parsed = with_history(parsed, history)
+        chat = chat_body(parsed)
+        response_id = self.make_id("resp_")
         req = rq.flow_request(
             request,
             Kind.CHAT,
@@ -67,4 +105,158 @@ class ResponsesRoutes:
             sampling,
             "resp_",
         )
-        return await self.flow.serve(req, ResponsesRenderer(parsed, response_id), request)
+        render = ResponsesRenderer(parsed, response_id)
+        answer = await self.flow.serve(req, render, request)
+        final = render.made.final if render.made is not None else {}
+        if parsed.store and final:
+            await self._store(tenant, parsed, final, request, streamed=parsed.stream)
+        return answer
+
+    async def _chain(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
+        """The stored items of a chain ending at `response_id`, oldest first."""
+        records: list[StoredResponse] = []
+        next_id: str | None = response_id
+        while next_id is not None and len(records) < MAX_CHAIN:
+            record = await self._read(self.storage.get_response(tenant, next_id))
+            if record is None:
+                raise ApiError(  # (an earlier link may have been deleted: named as well)
+                    400,
+                    "previous_response_not_found",
+                    f"Previous response with id '{next_id}' not found.",
+                    param="previous_response_id",
+                )
+            records.append(record)
+            next_id = record.previous_response_id
+        items: list[dict[str, Any]] = []
+        for record in reversed(records):
+            items += record.input_items
+            items += record.output_items
+        return items
+
+    async def _store(
+        self,
+        tenant: str,
+        parsed: ResponsesRequest,
+        final: dict[str, Any],
+        request: web.Request,
+        *,
+        streamed: bool,
+    ) -> None:
+        record = StoredResponse(
+            id=final["id"],
+            tenant=tenant,
+            created_at=final["created_at"],
+            status=final["status"],
+            model=parsed.model,
+            input_items=tuple(stored_items(parsed.input, self.make_id)),
+            output_items=tuple(final["output"]),
+            previous_response_id=parsed.previous_response_id,
+            metadata=parsed.metadata,
+            usage=final["usage"],
+            body=final,
+        )
+        try:
+            await self.storage.put_response(record)
+        except StorageError as exc:
+            log.error(
+                "response_store_failed",
+                request_id=request.get("request_id"),
+                response_id=record.id,
+                error=str(exc),
+            )
+            if not streamed:
+                raise _store_failed() from None
+
+    # --- stored responses ------------------------------------------------------------------------
+    async def get(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("stream") not in (None, "false"):
+            raise ApiError(
+                400,
+                "unsupported_parameter",
+                "Unsupported parameter: 'stream': replaying a stored response is not supported yet",
+                param="stream",
+            )
+        record = await self._found(request)
+        return web.json_response(dict(record.body), dumps=_dumps)
+
+    async def delete(self, request: web.Request) -> web.StreamResponse:
+        response_id = request.match_info["id"]
+        if not await self._read(self.storage.delete_response(_tenant(request), response_id)):
+            raise _not_found(response_id)
+        return web.json_response(
+            {"id": response_id, "object": "response", "deleted": True}, dumps=_dumps
+        )
+
+    async def input_items(self, request: web.Request) -> web.StreamResponse:
+        response_id = request.match_info["id"]
+        query = _list_query(request.query)
+        page = await self._read(self.storage.list_input_items(_tenant(request), response_id, query))
+        if page is None:
+            raise _not_found(response_id)
+        return web.json_response(
+            {
+                "object": "list",
+                "data": list(page.items),
+                "first_id": page.first_id,
+                "last_id": page.last_id,
+                "has_more": page.has_more,
+            },
+            dumps=_dumps,
+        )
+
+    async def _found(self, request: web.Request) -> StoredResponse:
+        response_id = request.match_info["id"]
+        record = await self._read(self.storage.get_response(_tenant(request), response_id))
+        if record is None:
+            raise _not_found(response_id)
+        return record
+
+    @staticmethod
+    async def _read(op: Any) -> Any:
+        try:
+            return await op
+        except StorageError:
+            raise ApiError(
+                503,
+                "storage_unavailable",
+                "The response store is unavailable; try again later",
+                type="server_error",
+            ) from None
+
+
+def _tenant(request: web.Request) -> str:
+    principal = request.get("principal")
+    tenant = getattr(principal, "tenant", None)
+    return tenant if isinstance(tenant, str) else NO_TENANT
+
+
+def _list_query(query: Any) -> ListQuery:
+    limit_raw = query.get("limit", "20")
+    try:
+        limit = int(limit_raw)
+    except ValueError:
+        raise errors.invalid_type("'limit' must be an integer", param="limit") from None
+    if not 1 <= limit <= MAX_PAGE_LIMIT:
+        raise errors.invalid_value(f"'limit' must be between 1 and {MAX_PAGE_LIMIT}", param="limit")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise errors.invalid_value("'order' must be 'asc' or 'desc'", param="order")
+    return ListQuery(after=query.get("after"), limit=limit, order=order)
+
+
+def _not_found(response_id: str) -> ApiError:
+    return ApiError(404, "response_not_found", f"Response with id '{response_id}' not found")
+
+
+def _store_failed() -> ApiError:
+    return ApiError(
+        503,
+        "response_store_failed",
+        "The response was generated but could not be stored (store: true); nothing was kept. "
+        "Retry, or send store: false",
+        type="server_error",
+    )
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()

@@ -68,6 +68,7 @@ from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard
 from smg.pipeline.policies import CacheAwarePolicy
 from smg.pipeline.tokenizer import Tokenizer
+from smg.storage.memory import MemoryStorage
 from smg.tls import GatewayTls
 
 log = structlog.get_logger("smg.gateway")
@@ -188,7 +189,10 @@ class Gateway:
         self.auth.install(app)
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
-        ResponsesRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
+        # the memory backend until --history-backend is wired (the storage branch of issue 12)
+        ResponsesRoutes(
+            flow=flow, storage=MemoryStorage(), max_payload=srv.max_payload_size
+        ).install(app)
         AdminRoutes(
             registry_cell=self.registry_cell,
             registry=self.actors.registry,

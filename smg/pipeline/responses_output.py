@@ -44,16 +44,18 @@ _PREFIX = {_REASONING: "rs_", _MESSAGE: "msg_", _CALL: "fc_"}
 class ResponsesRenderer:
     """The flow's render factory for one Responses request (`response_id`: `resp_…`)."""
 
-    __slots__ = ("req", "response_id")
+    __slots__ = ("made", "req", "response_id")
 
     def __init__(self, req: ResponsesRequest, response_id: str) -> None:
         self.req = req
         self.response_id = response_id
+        self.made: ResponsesShaper | None = None  # the renderer of the attempt that answered
 
     def __call__(
         self, spec: OutputSpec, decode: DecodeFn, now: Callable[[], float]
     ) -> ResponsesShaper:
-        return ResponsesShaper(self.req, self.response_id, spec, decode)
+        self.made = ResponsesShaper(self.req, self.response_id, spec, decode)
+        return self.made
 
 
 class ResponsesShaper:
@@ -394,7 +396,7 @@ def response_object(
         "model": req.model,
         "output": output,
         "parallel_tool_calls": req.parallel_tool_calls,
-        "previous_response_id": None,
+        "previous_response_id": req.previous_response_id,
         "reasoning": reasoning,
         "service_tier": "default",
         "store": req.store,

@@ -7,23 +7,18 @@ in OpenAI's shape, what smg does not do yet (`unsupported_parameter`) or does no
 completions body the prepare stage reads (`messages`, `tools`, `tool_choice`, `max_tokens`, ...):
 a new surface maps its body at its edge and runs the one flow.
 
-Input items → chat messages:
-* a string: one user message; `instructions`: a system message before everything;
-* `message` items (roles user, assistant, system, developer → system) with text parts
-  (`input_text`, `output_text`, `refusal`; a plain string content too);
-* `function_call` items: an assistant message's `tool_calls` (consecutive calls share one
-  message, as a model that called several tools at once said them);
-* `function_call_output` items: `tool` messages;
-* `reasoning` items: the `reasoning_content` of the assistant turn that follows them.
+Input items become chat messages in smg.pipeline.responses_items.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from smg import errors
 from smg.errors import ApiError
+from smg.pipeline.responses_items import input_messages, unsupported
 
 # every field of OpenAI's ResponseCreateParams; what smg does not do yet is refused by name
 KNOWN_FIELDS = frozenset(
@@ -36,12 +31,10 @@ KNOWN_FIELDS = frozenset(
     }
 )  # fmt: skip
 # fields known but not served yet (their feature lands later in issue 12)
-NOT_YET = frozenset({"conversation", "previous_response_id", "prompt", "include"})
+NOT_YET = frozenset({"conversation", "prompt", "include"})
 MAX_METADATA_PAIRS = 16  # OpenAI's limits on `metadata`
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
-_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
-_TEXT_PARTS = frozenset({"input_text", "output_text", "refusal"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +43,9 @@ class ResponsesRequest:
     object echoes back."""
 
     model: str
-    messages: tuple[dict[str, Any], ...]
+    input: str | list[Any]  # as the client sent it (checked)
+    messages: tuple[dict[str, Any], ...]  # the chat turns: stored history, then `input`
+    previous_response_id: str | None
     instructions: str | None
     tools: tuple[dict[str, Any], ...]  # Responses function tools, as the client sent them
     tool_choice: str | dict[str, Any]
@@ -70,12 +65,6 @@ class ResponsesRequest:
 
 def unknown_parameter(name: str) -> ApiError:
     return ApiError(400, "unknown_parameter", f"Unknown parameter: '{name}'.", param=name)
-
-
-def unsupported(name: str, why: str) -> ApiError:
-    return ApiError(
-        400, "unsupported_parameter", f"Unsupported parameter: '{name}': {why}", param=name
-    )
 
 
 def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
@@ -119,9 +108,12 @@ def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
                 "'max_tool_calls' must be a positive integer", param="max_tool_calls"
             )
         echo["max_tool_calls"] = max_tool_calls
+    previous = _opt(body, "previous_response_id", str, "a string")
     return ResponsesRequest(
         model=model,
+        input=body["input"],
         messages=messages,
+        previous_response_id=previous,
         instructions=instructions,
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
@@ -138,6 +130,14 @@ def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
         background=background,
         echo=echo,
     )
+
+
+def with_history(req: ResponsesRequest, history: list[dict[str, Any]]) -> ResponsesRequest:
+    """`req` continuing a stored chain: `history` (the earlier responses' input and output
+    items, oldest first) comes before its input."""
+    new = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    messages = input_messages([*history, *new], req.instructions)
+    return dataclasses.replace(req, messages=messages)
 
 
 def chat_body(req: ResponsesRequest) -> dict[str, Any]:
@@ -175,136 +175,6 @@ def chat_body(req: ResponsesRequest) -> dict[str, Any]:
     if req.stream:
         body["stream"] = True
     return body
-
-
-# --- input items ---------------------------------------------------------------------------------
-def input_messages(raw: Any, instructions: str | None) -> tuple[dict[str, Any], ...]:
-    """The chat messages of `input` (a string or a list of items), after `instructions`."""
-    out: list[dict[str, Any]] = []
-    if instructions:
-        out.append({"role": "system", "content": instructions})
-    if isinstance(raw, str):
-        out.append({"role": "user", "content": raw})
-        return tuple(out)
-    if not isinstance(raw, list):
-        raise errors.invalid_type("'input' must be a string or an array of items", param="input")
-    if not raw:
-        raise errors.invalid_request(
-            "Invalid 'input': empty array; at least one item is required",
-            param="input",
-            code="empty_array",
-        )
-    reasoning: list[str] = []  # reasoning items wait for the assistant turn they belong to
-    for i, item in enumerate(raw):
-        where = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise errors.invalid_type(f"{where} must be an object", param=where)
-        kind = item.get("type", "message")
-        if kind == "message":
-            msg = _message(item, where)
-            if msg["role"] == "assistant" and reasoning:
-                msg["reasoning_content"] = "".join(reasoning)
-                reasoning = []
-            out.append(msg)
-        elif kind == "function_call":
-            call = _function_call(item, where)
-            last = out[-1] if out else None
-            if last is not None and last["role"] == "assistant" and not reasoning:
-                last.setdefault("tool_calls", []).append(call)
-                if "content" not in last:
-                    last["content"] = ""
-            else:
-                msg = {"role": "assistant", "content": "", "tool_calls": [call]}
-                if reasoning:
-                    msg["reasoning_content"] = "".join(reasoning)
-                    reasoning = []
-                out.append(msg)
-        elif kind == "function_call_output":
-            call_id = _str(item, "call_id", where)
-            output = item.get("output")
-            if isinstance(output, list):
-                output = _parts_text(output, f"{where}.output")
-            if not isinstance(output, str):
-                raise errors.invalid_type(
-                    f"{where}.output must be a string or an array of text parts",
-                    param=f"{where}.output",
-                )
-            out.append({"role": "tool", "tool_call_id": call_id, "content": output})
-        elif kind == "reasoning":
-            reasoning.append(_reasoning_text(item, where))
-        elif kind == "item_reference":
-            raise unsupported(where, "item references need stored items (not supported yet)")
-        elif isinstance(kind, str):
-            raise errors.invalid_value(
-                f"{where}.type: '{kind}' is not supported; expected message, function_call, "
-                "function_call_output or reasoning",
-                param=f"{where}.type",
-            )
-        else:
-            raise errors.invalid_type(f"{where}.type must be a string", param=f"{where}.type")
-    if reasoning:  # reasoning at the end of the input: an assistant turn that only thought
-        out.append({"role": "assistant", "content": "", "reasoning_content": "".join(reasoning)})
-    return tuple(out)
-
-
-def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
-    role = item.get("role")
-    if role not in _ROLES:
-        raise errors.invalid_value(
-            f"{where}.role must be one of user, assistant, system, developer",
-            param=f"{where}.role",
-        )
-    content = item.get("content")
-    if isinstance(content, list):
-        content = _parts_text(content, f"{where}.content")
-    elif not isinstance(content, str):
-        raise errors.invalid_type(
-            f"{where}.content must be a string or an array of content parts",
-            param=f"{where}.content",
-        )
-    return {"role": _ROLES[role], "content": content}
-
-
-def _parts_text(parts: list[Any], where: str) -> str:
-    texts: list[str] = []
-    for j, part in enumerate(parts):
-        at = f"{where}[{j}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in _TEXT_PARTS:
-            if isinstance(kind, str) and kind.startswith("input_"):
-                raise unsupported(at, f"content parts of type '{kind}' are not supported yet")
-            raise errors.invalid_value(
-                f"{at}.type must be one of input_text, output_text, refusal", param=f"{at}.type"
-            )
-        text = part.get("refusal") if kind == "refusal" else part.get("text")
-        if not isinstance(text, str):
-            raise errors.invalid_type(f"{at} has no text", param=at)
-        texts.append(text)
-    return "".join(texts)
-
-
-def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
-    return {
-        "id": _str(item, "call_id", where),
-        "type": "function",
-        "function": {
-            "name": _str(item, "name", where),
-            "arguments": _str(item, "arguments", where),
-        },
-    }
-
-
-def _reasoning_text(item: dict[str, Any], where: str) -> str:
-    content = item.get("content")
-    parts = content if isinstance(content, list) and content else item.get("summary")
-    if not isinstance(parts, list):
-        raise errors.invalid_type(f"{where}.summary must be an array", param=f"{where}.summary")
-    texts: list[str] = []
-    for j, part in enumerate(parts):
-        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
-            raise errors.invalid_type(f"{where}: part {j} has no text", param=where)
-        texts.append(part["text"])
-    return "".join(texts)
 
 
 # --- other fields --------------------------------------------------------------------------------
@@ -438,11 +308,4 @@ def _opt(body: dict[str, Any], name: str, kind: type, what: str) -> Any:
     value = body.get(name)
     if value is not None and not isinstance(value, kind):
         raise errors.invalid_type(f"'{name}' must be {what}", param=name)
-    return value
-
-
-def _str(item: dict[str, Any], name: str, where: str) -> str:
-    value = item.get(name)
-    if not isinstance(value, str):
-        raise errors.invalid_type(f"{where}.{name} must be a string", param=f"{where}.{name}")
     return value

@@ -142,3 +142,63 @@ def test_bad_input_is_a_400_in_openai_shape(
 def test_an_unknown_model_is_a_404(setup: Setup) -> None:
     with pytest.raises(openai.NotFoundError):
         setup.client.responses.create(model="no-such-model", input="hi")
+
+
+def test_a_three_turn_chain_through_previous_response_id(setup: Setup) -> None:
+    client = setup.client
+    first = client.responses.create(model=MODEL, input=THINK_AND_CALL, tools=[WEATHER])
+    call = first.output[2]
+    assert call.type == "function_call"
+    second = client.responses.create(
+        model=MODEL,
+        previous_response_id=first.id,
+        input=[
+            {"type": "function_call_output", "call_id": call.call_id, "output": "5C"},
+            {"role": "user", "content": "SIM_REPLY: It is 5C in Oslo."},
+        ],
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    assert second.previous_response_id == first.id
+    assert second.output_text == "It is 5C in Oslo."
+    third = client.responses.create(
+        model=MODEL,
+        previous_response_id=second.id,
+        input="SIM_REPLY: You are welcome.",
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    assert third.output_text == "You are welcome."
+    assert second.usage is not None and third.usage is not None and first.usage is not None
+    # each turn renders the whole chain before its own input
+    assert first.usage.input_tokens < second.usage.input_tokens < third.usage.input_tokens
+
+    got = client.responses.retrieve(third.id)
+    assert got.model_dump() == third.model_dump()
+    items = client.responses.input_items.list(second.id, order="asc")
+    assert [i.type for i in items.data] == ["function_call_output", "message"]
+    assert all(i.id for i in items.data)
+
+    deleted = setup.gw.request("DELETE", f"/v1/responses/{second.id}")
+    assert deleted.status == 200 and deleted.json()["deleted"] is True
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(second.id)
+    with pytest.raises(openai.BadRequestError) as info:  # the chain through it is broken now
+        client.responses.create(model=MODEL, previous_response_id=third.id, input="hi")
+    assert info.value.code == "previous_response_not_found"
+
+
+def test_store_false_keeps_nothing_and_cannot_be_chained(setup: Setup) -> None:
+    resp = setup.client.responses.create(model=MODEL, input="SIM_REPLY: gone", store=False)
+    assert resp.store is False
+    with pytest.raises(openai.NotFoundError) as missing:
+        setup.client.responses.retrieve(resp.id)
+    assert missing.value.code == "response_not_found"
+    with pytest.raises(openai.BadRequestError) as info:
+        setup.client.responses.create(model=MODEL, previous_response_id=resp.id, input="hi")
+    assert info.value.code == "previous_response_not_found"
+    assert info.value.param == "previous_response_id"
+
+
+def test_a_streamed_response_is_stored_too(setup: Setup) -> None:
+    with setup.client.responses.stream(model=MODEL, input="SIM_REPLY: streamed") as stream:
+        final = stream.get_final_response()
+    assert setup.client.responses.retrieve(final.id).output_text == "streamed"

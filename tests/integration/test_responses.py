@@ -16,7 +16,7 @@ from support.responses_cases import QWEN_REPLY, WEATHER
 
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
-from .conftest import Gateway, Launcher
+from .conftest import Engine, Gateway, Launcher
 
 MODEL = "Qwen3-8B-sim"
 THINK_AND_CALL = f"SIM_REPLY: {QWEN_REPLY}"
@@ -26,6 +26,7 @@ THINK_AND_CALL = f"SIM_REPLY: {QWEN_REPLY}"
 class Setup:
     gw: Gateway
     client: openai.OpenAI
+    engine: Engine
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def setup(module_launch: Launcher) -> Iterator[Setup]:
     engine = module_launch.engine(MODEL, "vllm", chunk_tokens=1)
     gw = module_launch.gateway([engine], tokenizer_path=qwen3_tokenizer_dir())
     with gw.client(timeout_s=20.0) as client:
-        yield Setup(gw, client)
+        yield Setup(gw, client, engine)
 
 
 def comparable(response: Any) -> dict[str, Any]:
@@ -202,3 +203,27 @@ def test_a_streamed_response_is_stored_too(setup: Setup) -> None:
     with setup.client.responses.stream(model=MODEL, input="SIM_REPLY: streamed") as stream:
         final = stream.get_final_response()
     assert setup.client.responses.retrieve(final.id).output_text == "streamed"
+
+
+def test_tenants_never_see_each_others_responses(setup: Setup, module_launch: Launcher) -> None:
+    tenants = [["red:red-key-0123456789"], ["blue:blue-key-0123456789"]]
+    gw = module_launch.gateway(
+        [setup.engine], tokenizer_path=qwen3_tokenizer_dir(), tenant_api_key=tenants
+    )
+
+    def client(key: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=gw.url + "/v1", api_key=key, max_retries=0, timeout=20.0)
+
+    with client("red-key-0123456789") as red, client("blue-key-0123456789") as blue:
+        mine = red.responses.create(model=MODEL, input="SIM_REPLY: red only")
+        assert red.responses.retrieve(mine.id).output_text == "red only"
+        with pytest.raises(openai.NotFoundError):
+            blue.responses.retrieve(mine.id)
+        with pytest.raises(openai.NotFoundError):
+            blue.responses.delete(mine.id)
+        with pytest.raises(openai.BadRequestError) as info:
+            blue.responses.create(model=MODEL, previous_response_id=mine.id, input="hi")
+        assert info.value.code == "previous_response_not_found"
+        red.responses.delete(mine.id)
+        with pytest.raises(openai.NotFoundError):
+            red.responses.retrieve(mine.id)

@@ -8,10 +8,12 @@ body token mode prepares (chat template, tool and reasoning parsers) and runs it
 engine's events as output items: a whole `response` object, or the typed event stream.
 
 Storage (`store`, default true): the finished response (its input and output items, the response
-object as sent) is stored under the caller's tenant. A whole answer is stored before it is sent:
-when storage fails the client gets 503 `response_store_failed` instead of an answer it could not
-chain from. A stream has sent its `response.completed` by then: a failure to store it is logged
-(`response_store_failed`, with both request ids) and the response is simply not found later.
+object as sent) is stored under the caller's tenant; with `conversation` its input and output
+items are appended to that conversation (whose items are the history the model sees first).
+A whole answer is stored before it is sent: when storage fails the client gets 503
+`response_store_failed` instead of an answer it could not chain from. A stream has sent its
+`response.completed` by then: a failure to store it is logged (`response_store_failed`, with the
+request id and the response id) and the response is simply not found later.
 `store: false` stores nothing, so such a response cannot be chained.
 
 `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}` and `GET /v1/responses/{id}/input_items`
@@ -31,8 +33,8 @@ import orjson
 import structlog
 from aiohttp import web
 
-from smg import errors
 from smg.api import requests as rq
+from smg.api.stored import json_response, list_query, page_response, stored, tenant_of
 from smg.errors import ApiError
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
@@ -45,10 +47,17 @@ from smg.pipeline.responses_request import (
     with_history,
 )
 from smg.pipeline.sampling import sampling_from_openai
-from smg.storage import MAX_PAGE_LIMIT, ListQuery, Storage, StorageError, StoredResponse
+from smg.storage import (
+    MAX_PAGE_LIMIT,
+    ItemConflict,
+    ListQuery,
+    Storage,
+    StorageError,
+    StoredResponse,
+)
 
+MAX_CONVERSATION_ITEMS = 10_000  # items a conversation's history is read back with, at most
 MAX_CHAIN = 256  # responses a previous_response_id chain may go back (a bound on the rebuild)
-NO_TENANT = ""  # the tenant of callers the auth gate gave none (no authentication configured)
 log = structlog.get_logger("smg.api")
 
 
@@ -89,9 +98,13 @@ class ResponsesRoutes:
                 "gRPC engines (token mode) in this gateway for now",
                 type="invalid_request_error",
             )
-        tenant = _tenant(request)
+        tenant = tenant_of(request)
+        history: list[dict[str, Any]] = []
         if parsed.previous_response_id is not None:
             history = await self._chain(tenant, parsed.previous_response_id)
+            parsed = with_history(parsed, history)
+        elif parsed.conversation is not None:
+            history = await self._conversation(tenant, parsed.conversation)
             parsed = with_history(parsed, history)
         chat = chat_body(parsed)
         response_id = self.make_id("resp_")
@@ -108,16 +121,62 @@ class ResponsesRoutes:
         render = ResponsesRenderer(parsed, response_id)
         answer = await self.flow.serve(req, render, request)
         final = render.made.final if render.made is not None else {}
-        if parsed.store and final:
-            await self._store(tenant, parsed, final, request, streamed=parsed.stream)
+        if final and (parsed.store or parsed.conversation is not None):
+            said = {item["id"] for item in history}  # an item said again gets a new id
+            new_id = self.make_id
+            items = [
+                {**i, "id": new_id("item_")} if i["id"] in said else i
+                for i in stored_items(parsed.input, new_id)
+            ]
+            try:
+                if parsed.store:
+                    await self._store(tenant, parsed, items, final)
+                if parsed.conversation is not None:
+                    await self._append(tenant, parsed.conversation, [*items, *final["output"]])
+            except (StorageError, ItemConflict) as exc:
+                log.error(
+                    "response_store_failed",
+                    request_id=request.get("request_id"),
+                    response_id=final["id"],
+                    error=str(exc),
+                )
+                if not parsed.stream:
+                    raise _store_failed() from None
         return answer
+
+    async def _conversation(self, tenant: str, conversation_id: str) -> list[dict[str, Any]]:
+        """The conversation's items, oldest first (at most MAX_CONVERSATION_ITEMS)."""
+        if await stored(self.storage.get_conversation(tenant, conversation_id)) is None:
+            raise ApiError(
+                404,
+                "conversation_not_found",
+                f"Conversation '{conversation_id}' not found. Please create the conversation "
+                "first using the conversations API.",
+                param="conversation",
+            )
+        items: list[dict[str, Any]] = []
+        after: str | None = None
+        while len(items) < MAX_CONVERSATION_ITEMS:
+            query = ListQuery(after=after, limit=MAX_PAGE_LIMIT, order="asc")
+            page = await stored(self.storage.list_items(tenant, conversation_id, query))
+            if page is None:  # deleted meanwhile
+                break
+            items += page.items
+            if not page.has_more:
+                break
+            after = page.last_id
+        return items
+
+    async def _append(self, tenant: str, conversation_id: str, items: list[dict[str, Any]]) -> None:
+        if not await self.storage.add_items(tenant, conversation_id, items):
+            raise StorageError(f"conversation {conversation_id} was deleted meanwhile")
 
     async def _chain(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
         """The stored items of a chain ending at `response_id`, oldest first."""
         records: list[StoredResponse] = []
         next_id: str | None = response_id
         while next_id is not None and len(records) < MAX_CHAIN:
-            record = await self._read(self.storage.get_response(tenant, next_id))
+            record = await stored(self.storage.get_response(tenant, next_id))
             if record is None:
                 raise ApiError(  # (an earlier link may have been deleted: named as well)
                     400,
@@ -137,10 +196,8 @@ class ResponsesRoutes:
         self,
         tenant: str,
         parsed: ResponsesRequest,
+        input_items: list[dict[str, Any]],
         final: dict[str, Any],
-        request: web.Request,
-        *,
-        streamed: bool,
     ) -> None:
         record = StoredResponse(
             id=final["id"],
@@ -148,24 +205,15 @@ class ResponsesRoutes:
             created_at=final["created_at"],
             status=final["status"],
             model=parsed.model,
-            input_items=tuple(stored_items(parsed.input, self.make_id)),
+            input_items=tuple(input_items),
             output_items=tuple(final["output"]),
             previous_response_id=parsed.previous_response_id,
+            conversation_id=parsed.conversation,
             metadata=parsed.metadata,
             usage=final["usage"],
             body=final,
         )
-        try:
-            await self.storage.put_response(record)
-        except StorageError as exc:
-            log.error(
-                "response_store_failed",
-                request_id=request.get("request_id"),
-                response_id=record.id,
-                error=str(exc),
-            )
-            if not streamed:
-                raise _store_failed() from None
+        await self.storage.put_response(record)
 
     # --- stored responses ------------------------------------------------------------------------
     async def get(self, request: web.Request) -> web.StreamResponse:
@@ -177,71 +225,28 @@ class ResponsesRoutes:
                 param="stream",
             )
         record = await self._found(request)
-        return web.json_response(dict(record.body), dumps=_dumps)
+        return json_response(dict(record.body))
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         response_id = request.match_info["id"]
-        if not await self._read(self.storage.delete_response(_tenant(request), response_id)):
+        if not await stored(self.storage.delete_response(tenant_of(request), response_id)):
             raise _not_found(response_id)
-        return web.json_response(
-            {"id": response_id, "object": "response", "deleted": True}, dumps=_dumps
-        )
+        return json_response({"id": response_id, "object": "response", "deleted": True})
 
     async def input_items(self, request: web.Request) -> web.StreamResponse:
         response_id = request.match_info["id"]
-        query = _list_query(request.query)
-        page = await self._read(self.storage.list_input_items(_tenant(request), response_id, query))
+        query = list_query(request.query)
+        page = await stored(self.storage.list_input_items(tenant_of(request), response_id, query))
         if page is None:
             raise _not_found(response_id)
-        return web.json_response(
-            {
-                "object": "list",
-                "data": list(page.items),
-                "first_id": page.first_id,
-                "last_id": page.last_id,
-                "has_more": page.has_more,
-            },
-            dumps=_dumps,
-        )
+        return page_response(page)
 
     async def _found(self, request: web.Request) -> StoredResponse:
         response_id = request.match_info["id"]
-        record = await self._read(self.storage.get_response(_tenant(request), response_id))
+        record = await stored(self.storage.get_response(tenant_of(request), response_id))
         if record is None:
             raise _not_found(response_id)
         return record
-
-    @staticmethod
-    async def _read(op: Any) -> Any:
-        try:
-            return await op
-        except StorageError:
-            raise ApiError(
-                503,
-                "storage_unavailable",
-                "The response store is unavailable; try again later",
-                type="server_error",
-            ) from None
-
-
-def _tenant(request: web.Request) -> str:
-    principal = request.get("principal")
-    tenant = getattr(principal, "tenant", None)
-    return tenant if isinstance(tenant, str) else NO_TENANT
-
-
-def _list_query(query: Any) -> ListQuery:
-    limit_raw = query.get("limit", "20")
-    try:
-        limit = int(limit_raw)
-    except ValueError:
-        raise errors.invalid_type("'limit' must be an integer", param="limit") from None
-    if not 1 <= limit <= MAX_PAGE_LIMIT:
-        raise errors.invalid_value(f"'limit' must be between 1 and {MAX_PAGE_LIMIT}", param="limit")
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise errors.invalid_value("'order' must be 'asc' or 'desc'", param="order")
-    return ListQuery(after=query.get("after"), limit=limit, order=order)
 
 
 def _not_found(response_id: str) -> ApiError:
@@ -256,7 +261,3 @@ def _store_failed() -> ApiError:
         "Retry, or send store: false",
         type="server_error",
     )
-
-
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()

@@ -49,9 +49,11 @@ def stored_items(raw: str | list[Any], new_id: Callable[[str], str]) -> list[dic
     for item in raw:
         kind = item.get("type", "message")
         stored = {"type": kind, **item}
-        if kind == "message" and isinstance(stored.get("content"), str):
-            part = "output_text" if stored.get("role") == "assistant" else "input_text"
-            stored["content"] = [{"type": part, "text": stored["content"]}]
+        if kind == "message":
+            if isinstance(stored.get("content"), str):
+                part = "output_text" if stored.get("role") == "assistant" else "input_text"
+                stored["content"] = [{"type": part, "text": stored["content"]}]
+            stored.setdefault("status", "completed")
         if not isinstance(stored.get("id"), str) or not stored["id"]:
             stored["id"] = new_id(_ID_PREFIX.get(kind, "item_"))
         out.append(stored)

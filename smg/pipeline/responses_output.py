@@ -409,5 +409,6 @@ def response_object(
         "usage": usage,
         "user": req.user,
         "metadata": req.metadata,
+        "conversation": None if req.conversation is None else {"id": req.conversation},
         **req.echo,
     }

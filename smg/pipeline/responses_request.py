@@ -31,7 +31,7 @@ KNOWN_FIELDS = frozenset(
     }
 )  # fmt: skip
 # fields known but not served yet (their feature lands later in issue 12)
-NOT_YET = frozenset({"conversation", "prompt", "include"})
+NOT_YET = frozenset({"prompt", "include"})
 MAX_METADATA_PAIRS = 16  # OpenAI's limits on `metadata`
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
@@ -46,6 +46,7 @@ class ResponsesRequest:
     input: str | list[Any]  # as the client sent it (checked)
     messages: tuple[dict[str, Any], ...]  # the chat turns: stored history, then `input`
     previous_response_id: str | None
+    conversation: str | None  # the id of the conversation it continues (and appends to)
     instructions: str | None
     tools: tuple[dict[str, Any], ...]  # Responses function tools, as the client sent them
     tool_choice: str | dict[str, Any]
@@ -109,11 +110,20 @@ def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
             )
         echo["max_tool_calls"] = max_tool_calls
     previous = _opt(body, "previous_response_id", str, "a string")
+    conversation = _conversation(body.get("conversation"))
+    if previous is not None and conversation is not None:
+        raise errors.invalid_request(
+            "Mutually exclusive parameters: 'previous_response_id' and 'conversation'; "
+            "send one of them",
+            param="conversation",
+            code="mutually_exclusive_parameters",
+        )
     return ResponsesRequest(
         model=model,
         input=body["input"],
         messages=messages,
         previous_response_id=previous,
+        conversation=conversation,
         instructions=instructions,
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
@@ -274,6 +284,18 @@ def _metadata(raw: Any) -> dict[str, str]:
                 param="metadata",
             )
     return dict(raw)
+
+
+def _conversation(raw: Any) -> str | None:
+    """`conversation`: its id, or `{"id": ...}`."""
+    if raw is None:
+        return None
+    conv_id = raw.get("id") if isinstance(raw, dict) else raw
+    if not isinstance(conv_id, str) or not conv_id:
+        raise errors.invalid_type(
+            "'conversation' must be a conversation id or {'id': ...}", param="conversation"
+        )
+    return conv_id
 
 
 def _max_output_tokens(raw: Any) -> int | None:

@@ -17,7 +17,7 @@ def ids() -> Any:
 def test_a_string_input_is_stored_as_one_user_message_with_a_text_part() -> None:
     assert stored_items("hi", ids()) == [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}],
-         "id": "msg_0"},
+         "status": "completed", "id": "msg_0"},
     ]  # fmt: skip
 
 

@@ -120,8 +120,10 @@ def test_tools_choice_limits_and_format_map_to_the_chat_body() -> None:
         ({"model": "m", "input": "x", "background": True}, "unsupported_parameter", "background"),
         ({"model": "m", "input": "x", "previous_response_id": 3},
          "invalid_type", "previous_response_id"),
-        ({"model": "m", "input": "x", "conversation": "conv_1"},
-         "unsupported_parameter", "conversation"),
+        ({"model": "m", "input": "x", "conversation": "conv_1", "previous_response_id": "r"},
+         "mutually_exclusive_parameters", "conversation"),
+        ({"model": "m", "input": "x", "conversation": {"name": "c"}},
+         "invalid_type", "conversation"),
         ({"model": "m", "input": "x", "truncation": "auto"}, "unsupported_parameter", "truncation"),
         ({"model": "m", "input": "x", "top_logprobs": 3}, "unsupported_parameter", "top_logprobs"),
         ({"model": "m", "input": []}, "empty_array", "input"),
@@ -164,6 +166,12 @@ def test_every_field_of_the_sdk_create_params_is_known() -> None:
     sdk = set(response_create_params.ResponseCreateParamsBase.__annotations__)
     # fields newer SDKs added after smg's table are refused by name, never dropped
     assert KNOWN_FIELDS <= sdk | {"stream"}  # stream: on the (Non)Streaming subclasses
+
+
+def test_a_conversation_is_named_by_its_id_or_an_object() -> None:
+    assert parse(conversation="conv_1").conversation == "conv_1"
+    assert parse(conversation={"id": "conv_2"}).conversation == "conv_2"
+    assert parse().conversation is None
 
 
 def test_out_of_range_sampling_is_refused_by_the_sampling_stage() -> None:

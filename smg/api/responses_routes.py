@@ -25,7 +25,6 @@ workers' chat completions and back is later work of issue 12).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +33,7 @@ import structlog
 from aiohttp import web
 
 from smg.api import requests as rq
-from smg.api.stored import json_response, list_query, page_response, stored, tenant_of
+from smg.api.stored import json_response, list_query, new_id, page_response, stored, tenant_of
 from smg.errors import ApiError
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
@@ -59,10 +58,6 @@ from smg.storage import (
 MAX_CONVERSATION_ITEMS = 10_000  # items a conversation's history is read back with, at most
 MAX_CHAIN = 256  # responses a previous_response_id chain may go back (a bound on the rebuild)
 log = structlog.get_logger("smg.api")
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}{os.urandom(24).hex()}"
 
 
 class ResponsesRoutes:

@@ -3,6 +3,7 @@ calls whose failure is an explicit 503, and list pages in OpenAI's shape."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
@@ -15,6 +16,11 @@ from smg.storage import MAX_PAGE_LIMIT, ListQuery, Page, StorageError
 
 NO_TENANT = ""  # the tenant of callers the auth gate gave none (no authentication configured)
 T = TypeVar("T")
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id for a response, item or conversation (`resp_…`, `msg_…`, `conv_…`)."""
+    return f"{prefix}{os.urandom(24).hex()}"
 
 
 def tenant_of(request: web.Request) -> str:

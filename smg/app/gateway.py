@@ -35,6 +35,7 @@ from smg.actors.supervisor import Strategy, Supervisor
 from smg.api.admin_routes import AdminRoutes
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
+from smg.api.conversations_routes import ConversationsRoutes
 from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
@@ -190,9 +191,9 @@ class Gateway:
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         # the memory backend until --history-backend is wired (the storage branch of issue 12)
-        ResponsesRoutes(
-            flow=flow, storage=MemoryStorage(), max_payload=srv.max_payload_size
-        ).install(app)
+        history = MemoryStorage()
+        ResponsesRoutes(flow=flow, storage=history, max_payload=srv.max_payload_size).install(app)
+        ConversationsRoutes(storage=history, max_payload=srv.max_payload_size).install(app)
         AdminRoutes(
             registry_cell=self.registry_cell,
             registry=self.actors.registry,

@@ -135,7 +135,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
         reasoning=_reasoning(body.get("reasoning")),
         store=_flag(body, "store", True),
         stream=_flag(body, "stream", False),
-        metadata=_metadata(body.get("metadata")),
+        metadata=check_metadata(body.get("metadata")),
         user=_opt(body, "user", str, "a string"),
         background=background,
         echo=echo,
@@ -267,7 +267,8 @@ def _reasoning(raw: Any) -> dict[str, Any] | None:
     return {"effort": effort, "summary": raw.get("summary")}
 
 
-def _metadata(raw: Any) -> dict[str, str]:
+def check_metadata(raw: Any) -> dict[str, str]:
+    """`metadata`: at most 16 string pairs (OpenAI's limits)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -235,3 +235,30 @@ def test_tenants_never_see_each_others_responses(setup: Setup, module_launch: La
         red.responses.delete(mine.id)
         with pytest.raises(openai.NotFoundError):
             red.responses.retrieve(mine.id)
+
+
+def test_an_engine_killed_mid_stream_ends_it_with_response_failed(launch: Launcher) -> None:
+    engine = launch.engine("Qwen3-kill-sim", "vllm", chunk_tokens=1, decode_ms_per_token=50)
+    gw = launch.gateway([engine], tokenizer_path=qwen3_tokenizer_dir())
+    with gw.client(timeout_s=10.0) as client:
+        stream = client.responses.create(
+            model="Qwen3-kill-sim", input="SIM_REPLY: " + "word " * 200, stream=True
+        )
+        kinds: list[str] = []
+        rid = ""
+        for event in stream:
+            kinds.append(event.type)
+            if event.type == "response.created":
+                rid = event.response.id
+            if event.type == "response.output_text.delta" and engine.proc.alive:
+                engine.kill()
+            if event.type == "response.failed":
+                assert event.response.status == "failed"
+                assert event.response.error is not None
+                assert event.response.error.code == "server_error"
+    assert kinds[-1] == "response.failed", kinds[-5:]
+    assert "response.completed" not in kinds
+    assert kinds.count("response.output_text.delta") < 150  # it broke off
+    assert kinds[-2] == "response.output_item.done"  # the open message was closed first
+    with gw.client() as client, pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(rid)  # a failed response is not stored

@@ -25,6 +25,8 @@ workers' chat completions and back is later work of issue 12).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +40,7 @@ from smg.errors import ApiError
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
 from smg.pipeline.responses_items import stored_items
-from smg.pipeline.responses_output import ResponsesRenderer
+from smg.pipeline.responses_output import ResponsesRenderer, response_object
 from smg.pipeline.responses_request import (
     ResponsesRequest,
     chat_body,
@@ -71,6 +73,9 @@ class ResponsesRoutes:
     ) -> None:
         self.flow = flow
         self.storage = storage
+        # responses being generated here: (tenant, id) -> (their handler's task, renderer);
+        # bounded by the admission queue (one entry per admitted request)
+        self.running: dict[tuple[str, str], tuple[asyncio.Task[Any], ResponsesRenderer]] = {}
         self.max_payload = max_payload
         self.make_id = make_id
 
@@ -78,6 +83,7 @@ class ResponsesRoutes:
         app.router.add_post("/v1/responses", self.create)
         app.router.add_get("/v1/responses/{id}", self.get)
         app.router.add_delete("/v1/responses/{id}", self.delete)
+        app.router.add_post("/v1/responses/{id}/cancel", self.cancel)
         app.router.add_get("/v1/responses/{id}/input_items", self.input_items)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
@@ -114,7 +120,14 @@ class ResponsesRoutes:
             "resp_",
         )
         render = ResponsesRenderer(parsed, response_id)
-        answer = await self.flow.serve(req, render, request)
+        task = asyncio.current_task()
+        assert task is not None
+        key = (tenant, response_id)
+        self.running[key] = (task, render)
+        try:
+            answer = await self.flow.serve(req, render, request)
+        finally:
+            self.running.pop(key, None)
         final = render.made.final if render.made is not None else {}
         if final and (parsed.store or parsed.conversation is not None):
             said = {item["id"] for item in history}  # an item said again gets a new id
@@ -211,6 +224,36 @@ class ResponsesRoutes:
         await self.storage.put_response(record)
 
     # --- stored responses ------------------------------------------------------------------------
+    async def cancel(self, request: web.Request) -> web.StreamResponse:
+        """Cancel a response being generated: its request ends (the engine call is aborted, as
+        when a client leaves; its own client's connection is closed) and the response as it
+        stood, status `cancelled`, is stored (with `store`) and returned. A finished response
+        cannot be cancelled (400, as the Rust gateway answers)."""
+        tenant, response_id = tenant_of(request), request.match_info["id"]
+        running = self.running.pop((tenant, response_id), None)
+        if running is not None:
+            task, render = running
+            task.cancel()
+            if render.made is not None:
+                body = render.made.cancelled()
+            else:  # not prepared yet: nothing said
+                now = int(time.time())
+                body = response_object(render.req, response_id, now, "cancelled", [], None)
+            if render.req.store:
+                items = stored_items(render.req.input, self.make_id)
+                await stored(self._store(tenant, render.req, items, body))
+            return json_response(body)
+        record = await self._found(request)
+        status = record.status
+        if status == "cancelled":
+            return json_response(dict(record.body))
+        raise ApiError(
+            400,
+            f"response_already_{status}",
+            f"Cannot cancel {status} response",
+            param="response_id",
+        )
+
     async def get(self, request: web.Request) -> web.StreamResponse:
         if request.query.get("stream") not in (None, "false"):
             raise ApiError(

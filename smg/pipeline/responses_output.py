@@ -107,6 +107,14 @@ class ResponsesShaper:
         self._event("response.failed", response=self.response("failed", err))
         return frames
 
+    def cancelled(self) -> dict[str, Any]:
+        """The response as it stands, cancelled (its request is being ended: no more events are
+        rendered; an item cut short is `incomplete`)."""
+        self._frames = None
+        self.ended = True
+        self._close("incomplete")
+        return self.response("cancelled", None)
+
     def collect(self, ev: EngineEvent) -> None:
         self._frames = None
         self._feed(ev)

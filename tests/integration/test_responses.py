@@ -16,7 +16,7 @@ from support.responses_cases import QWEN_REPLY, WEATHER
 
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
-from .conftest import Engine, Gateway, Launcher
+from .conftest import Engine, Gateway, Launcher, wait_until
 
 MODEL = "Qwen3-8B-sim"
 HTTP_MODEL = "http-only-model"
@@ -237,13 +237,22 @@ def test_tenants_never_see_each_others_responses(setup: Setup, module_launch: La
             red.responses.retrieve(mine.id)
 
 
+SLOW = "Qwen3-slow-sim"  # 200 words at 50 ms a token: 10 s unless something ends it
+
+
+def slow_gateway(launch: Launcher) -> tuple[Engine, Gateway]:
+    engine = launch.engine(SLOW, "vllm", chunk_tokens=1, decode_ms_per_token=50)
+    return engine, launch.gateway([engine], tokenizer_path=qwen3_tokenizer_dir())
+
+
+def slow_stream(client: openai.OpenAI) -> Any:
+    return client.responses.create(model=SLOW, input="SIM_REPLY: " + "word " * 200, stream=True)
+
+
 def test_an_engine_killed_mid_stream_ends_it_with_response_failed(launch: Launcher) -> None:
-    engine = launch.engine("Qwen3-kill-sim", "vllm", chunk_tokens=1, decode_ms_per_token=50)
-    gw = launch.gateway([engine], tokenizer_path=qwen3_tokenizer_dir())
+    engine, gw = slow_gateway(launch)
     with gw.client(timeout_s=10.0) as client:
-        stream = client.responses.create(
-            model="Qwen3-kill-sim", input="SIM_REPLY: " + "word " * 200, stream=True
-        )
+        stream = slow_stream(client)
         kinds: list[str] = []
         rid = ""
         for event in stream:
@@ -262,3 +271,36 @@ def test_an_engine_killed_mid_stream_ends_it_with_response_failed(launch: Launch
     assert kinds[-2] == "response.output_item.done"  # the open message was closed first
     with gw.client() as client, pytest.raises(openai.NotFoundError):
         client.responses.retrieve(rid)  # a failed response is not stored
+
+
+def test_cancel_ends_an_in_flight_response_and_its_engine_work(launch: Launcher) -> None:
+    engine, gw = slow_gateway(launch)
+    with gw.client(timeout_s=10.0) as client:
+        stream = slow_stream(client)
+        rid, deltas = "", 0
+        with pytest.raises(openai.APIError):  # its connection is closed mid-stream
+            for event in stream:
+                if event.type == "response.created":
+                    rid = event.response.id
+                elif event.type == "response.output_text.delta":
+                    deltas += 1
+                    if deltas == 3:
+                        assert engine.stats()["in_flight"] == 1
+                        cancelled = client.responses.cancel(rid)
+                        assert cancelled.status == "cancelled"
+                        assert cancelled.output[0].status == "incomplete", cancelled.model_dump()[
+                            "output"
+                        ]
+                        assert cancelled.output_text.startswith("word word")
+        assert deltas < 150
+        wait_until(lambda: engine.stats()["in_flight"] == 0, 5.0, "the engine call to end")
+        assert client.responses.retrieve(rid).status == "cancelled"
+        again = client.responses.cancel(rid)  # cancelling twice answers the same
+        assert again.status == "cancelled"
+
+        done = client.responses.create(model=SLOW, input="SIM_REPLY: ok")
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.cancel(done.id)
+        assert info.value.code == "response_already_completed"
+        with pytest.raises(openai.NotFoundError):
+            client.responses.cancel("resp_unknown")

@@ -216,3 +216,15 @@ def test_the_response_echoes_the_request_settings() -> None:
     assert (body["user"], body["temperature"], body["store"]) == ("u1", 0.2, False)
     assert body["text"] == {"format": {"type": "json_object"}}
     assert body["created_at"] == 1700000000 and body["model"] == "plain-model"
+
+
+def test_a_cancelled_response_keeps_what_was_said_and_renders_no_more() -> None:
+    s = shaper()
+    for ev in events_for("word word word", 2)[:3]:
+        s.on_event(ev)
+    body = s.cancelled()
+    assert body["status"] == "cancelled"
+    [msg] = body["output"]
+    assert msg["status"] == "incomplete" and msg["content"][0]["text"] == "word w"
+    Response.model_validate(body)
+    assert s.closing_frames() == []  # ended: no terminal event after a cancel

@@ -23,7 +23,7 @@ from smg.storage.contract import (
     page_window,
 )
 
-from .backends import BACKENDS, Backend
+from .backends import BACKENDS, PERSISTENT, Backend
 
 
 def _model_page(ids: list[str], q: ListQuery) -> tuple[list[str], bool]:
@@ -258,3 +258,31 @@ async def test_bad_items_are_refused(store: Storage) -> None:
         await store.add_items("t", "c", [{"id": "x", "bad": object()}])
     page = await store.list_items("t", "c", ListQuery())
     assert page is not None and page.items == ()
+
+
+@pytest.fixture(params=PERSISTENT)
+async def persistent(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    b: Backend = request.param
+    async with b.session(request) as live:
+        yield live
+
+
+async def test_a_new_instance_on_the_same_store_sees_the_records(persistent: Backend) -> None:
+    """Restart survival: close the backend, open a new one on the same file/database/server."""
+    assert persistent.open is not None
+    first = await persistent.open()
+    try:
+        await first.put_response(_response())
+        conv = Conversation(id="conv_1", tenant="t1", created_at=5, metadata={"a": "b"})
+        await first.create_conversation(conv, [_msg(0), _msg(1)])
+    finally:
+        await first.close()
+    second = await persistent.open()
+    try:
+        assert await second.get_response("t1", "resp_1") == _response()
+        assert await second.get_conversation("t1", "conv_1") == conv
+        assert await second.add_items("t1", "conv_1", [_msg(2)]) is True
+        page = await second.list_items("t1", "conv_1", ListQuery(order="asc"))
+        assert page is not None and page.items == (_msg(0), _msg(1), _msg(2))
+    finally:
+        await second.close()

@@ -81,6 +81,15 @@ def invalid_request(
     return ApiError(400, code, message, param=param)
 
 
+def empty_array(name: str, what: str) -> ApiError:
+    """An array that must hold at least one `what` (`messages`, `input`) is empty."""
+    return invalid_request(
+        f"Invalid '{name}': empty array; at least one {what} is required",
+        param=name,
+        code="empty_array",
+    )
+
+
 def missing_field(name: str) -> ApiError:
     return ApiError(
         400, "missing_required_parameter", f"Missing required parameter: '{name}'", param=name

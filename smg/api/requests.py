@@ -224,11 +224,7 @@ def check_chat(body: dict[str, Any]) -> SamplingParams:
     if not isinstance(messages, list):
         raise errors.invalid_type("'messages' must be an array", param="messages")
     if not messages:
-        raise errors.invalid_request(
-            "Invalid 'messages': empty array; at least one message is required",
-            param="messages",
-            code="empty_array",
-        )
+        raise errors.empty_array("messages", "message")
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise errors.invalid_type(

@@ -35,10 +35,12 @@ from smg.actors.supervisor import Strategy, Supervisor
 from smg.api.admin_routes import AdminRoutes
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
+from smg.api.conversations_routes import ConversationsRoutes
 from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
+from smg.api.responses_routes import ResponsesRoutes
 from smg.app.actors import CoreActors
 from smg.app.flow import build_flow
 from smg.app.mesh import GatewayMesh
@@ -67,6 +69,7 @@ from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard
 from smg.pipeline.policies import CacheAwarePolicy
 from smg.pipeline.tokenizer import Tokenizer
+from smg.storage.memory import MemoryStorage
 from smg.tls import GatewayTls
 
 log = structlog.get_logger("smg.gateway")
@@ -187,6 +190,10 @@ class Gateway:
         self.auth.install(app)
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
+        # the memory backend until --history-backend is wired (the storage branch of issue 12)
+        history = MemoryStorage()
+        ResponsesRoutes(flow=flow, storage=history, max_payload=srv.max_payload_size).install(app)
+        ConversationsRoutes(storage=history, max_payload=srv.max_payload_size).install(app)
         AdminRoutes(
             registry_cell=self.registry_cell,
             registry=self.actors.registry,

@@ -30,6 +30,7 @@ from smg.flow.render import RenderFactory
 from smg.flow.request import Request
 from smg.flow.runner import Runner
 from smg.flow.single import SingleWorker
+from smg.pipeline.backends.grpc_pool import is_grpc_url
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.tokenizer import Tokenizer
 
@@ -81,6 +82,11 @@ class Flow:
             self.admission.release()
 
     # --- what the native edges ask besides answers -----------------------------------------------
+    def serves_tokens(self, model: str) -> bool:
+        """True when `model` (404 if unknown) is served in token mode (it has a gRPC engine):
+        the surfaces the gateway renders itself (Responses) need it."""
+        return any(is_grpc_url(w.url) for w in self.runner.candidates(model))
+
     def resolve_model(self, model: object) -> str:
         """The model a native request names (404 if unknown), or the only one served."""
         if isinstance(model, str) and model:

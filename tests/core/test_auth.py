@@ -65,6 +65,10 @@ def test_route_classes(path: str, cls: RouteClass) -> None:
 EXPECTED_ROUTES = {
     "/v1/chat/completions": DATA, "/v1/completions": DATA, "/v1/embeddings": DATA,
     "/generate": DATA, "/v1/tokenize": DATA, "/v1/detokenize": DATA, "/v1/models": DATA,
+    "/v1/responses": DATA, "/v1/responses/{id}": DATA, "/v1/responses/{id}/input_items": DATA,
+    "/v1/responses/{id}/cancel": DATA,
+    "/v1/conversations": DATA, "/v1/conversations/{id}": DATA,
+    "/v1/conversations/{id}/items": DATA, "/v1/conversations/{id}/items/{item_id}": DATA,
     "/parse/function_call": ADMIN, "/parse/reasoning": ADMIN, "/get_loads": ADMIN,
     "/workers": ADMIN, "/workers/{worker_id}": ADMIN, "/mesh/status": ADMIN, "/mesh/faults": ADMIN,
     "/health": PUBLIC, "/liveness": PUBLIC, "/readiness": PUBLIC,

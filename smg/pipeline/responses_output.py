@@ -1,0 +1,422 @@
+"""Engine events → OpenAI Responses answers (pure; no IO).
+
+`ResponsesShaper` is the Responses surface's renderer in the request flow (smg/flow/render.py):
+the same per-choice text machine as chat (`ChoiceState`: detokenizer, stop strings, reasoning
+and tool-call parsers) feeds one output-item state machine. What the parsers say becomes output
+items in the order the model said it:
+
+    reasoning text  → a `reasoning` item (its `content` a `reasoning_text` part)    rs_…
+    normal text     → a `message` item (its `content` one `output_text` part)       msg_…
+    a tool call     → a `function_call` item (`call_id`, `name`, `arguments`)       fc_…
+
+An item opens when its kind of output starts and closes when another kind starts or the answer
+ends. A stream is the typed event sequence OpenAI sends (each with its `sequence_number`):
+`response.created`, `response.in_progress`, per item `response.output_item.added`, its
+`content_part.added`, `output_text.delta` / `reasoning_text.delta` /
+`function_call_arguments.delta`, their `.done`, `content_part.done`, `output_item.done`, then
+`response.completed` (`response.incomplete` when max_output_tokens cut it, `response.failed`
+when the engine failed). A whole answer runs the very same machine without writing events, so
+the final `response` object of a stream equals the non-streamed one (ids aside).
+
+Text that is only whitespace (what a template leaves between a think block and a tool call) is
+held back and opens no message of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from smg.errors import ApiError
+from smg.pipeline.choice import ChoiceState, OutputSpec
+from smg.pipeline.detokenize import DecodeFn
+from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
+from smg.pipeline.parsers.types import ParseDelta
+from smg.pipeline.responses_request import ResponsesRequest
+
+_REASONING, _MESSAGE, _CALL = "reasoning", "message", "function_call"
+_PREFIX = {_REASONING: "rs_", _MESSAGE: "msg_", _CALL: "fc_"}
+
+
+class ResponsesRenderer:
+    """The flow's render factory for one Responses request (`response_id`: `resp_…`)."""
+
+    __slots__ = ("made", "req", "response_id")
+
+    def __init__(self, req: ResponsesRequest, response_id: str) -> None:
+        self.req = req
+        self.response_id = response_id
+        self.made: ResponsesShaper | None = None  # the renderer of the attempt that answered
+
+    def __call__(
+        self, spec: OutputSpec, decode: DecodeFn, now: Callable[[], float]
+    ) -> ResponsesShaper:
+        self.made = ResponsesShaper(self.req, self.response_id, spec, decode)
+        return self.made
+
+
+class ResponsesShaper:
+    def __init__(
+        self, req: ResponsesRequest, response_id: str, spec: OutputSpec, decode: DecodeFn
+    ) -> None:
+        self.req = req
+        self.id = response_id
+        self.spec = spec
+        self.state = ChoiceState(0, decode, spec)
+        self.error: str | None = None
+        self.items: list[dict[str, Any]] = []  # output items, open ones still growing
+        self.texts: list[list[str]] = []  # per item: its text (or arguments) so far
+        self.open: int | None = None  # the item output goes to now
+        self.calls: dict[int, int] = {}  # a parser's call index -> its output index
+        self.held = ""  # whitespace not yet shown (no message opened for it alone)
+        self.seq = 0
+        self.begun = False
+        self.ended = False
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.reasoning_tokens = 0
+        # the model has said something besides reasoning (without a parser it never reasons)
+        self.past_reasoning = spec.parser is None
+        self.final: dict[str, Any] = {}  # the terminal response object, once ended
+        self._frames: list[bytes] | None = None  # None: a whole answer (no events written)
+        self._base = response_id.removeprefix("resp_")
+
+    @property
+    def all_done(self) -> bool:
+        return self.state.done
+
+    # --- the flow's renderer interface -----------------------------------------------------------
+    def on_event(self, ev: EngineEvent) -> list[bytes]:
+        self._frames = frames = list[bytes]()
+        self._feed(ev)
+        return frames
+
+    def closing_frames(self) -> list[bytes]:
+        self._frames = frames = list[bytes]()
+        self._end()
+        return frames
+
+    def failure_frames(self, err: ApiError) -> list[bytes]:
+        self._frames = frames = list[bytes]()
+        self._begin()
+        self._close("incomplete")
+        self.ended = True
+        self._event("response.failed", response=self.response("failed", err))
+        return frames
+
+    def cancelled(self) -> dict[str, Any]:
+        """The response as it stands, cancelled (its request is being ended: no more events are
+        rendered; an item cut short is `incomplete`)."""
+        self._frames = None
+        self.ended = True
+        self._close("incomplete")
+        return self.response("cancelled", None)
+
+    def collect(self, ev: EngineEvent) -> None:
+        self._frames = None
+        self._feed(ev)
+
+    def whole(self) -> bytes | None:
+        """The final response object; None when the engine failed with nothing to show."""
+        self._frames = None
+        if self.error is not None and not self.items and not self.held:
+            return None
+        self._end()
+        if self.error is not None:
+            return orjson.dumps(self.response("failed", None))
+        return orjson.dumps(self.final)
+
+    # --- the machine -----------------------------------------------------------------------------
+    def _feed(self, ev: EngineEvent) -> None:
+        state = self.state
+        if state.done or ev.index != 0:
+            return
+        self._begin()
+        if isinstance(ev, Finished) and ev.finish_reason == "error":
+            self.error = ev.error or "the engine failed"
+        self.prompt_tokens = max(self.prompt_tokens, ev.prompt_tokens)
+        self.cached_tokens = max(self.cached_tokens, ev.cached_tokens)
+        state.completion_tokens = max(state.completion_tokens, ev.completion_tokens)
+        if isinstance(ev, TokenDelta):
+            self._tokens(ev.token_ids)
+            return
+        if ev.token_ids:  # a whole answer's tokens come with its end
+            self._tokens(ev.token_ids)
+            if state.done:
+                return
+            ev = dataclasses.replace(ev, token_ids=[])
+        self._step(state.finish(ev), 0)
+
+    def _tokens(self, ids: list[int]) -> None:
+        """Feed output tokens. Until the reasoning has ended they go one at a time, so the
+        reasoning token count is exact and the same however the engine batched them (a stream
+        of single tokens or a whole answer in one event); the rest goes at once."""
+        state = self.state
+        if self.past_reasoning or len(ids) == 1:
+            self._step(state.feed(ids), len(ids))
+            return
+        for k in range(len(ids)):
+            self._step(state.feed(ids[k : k + 1]), 1)
+            if state.done:
+                return
+            if self.past_reasoning:
+                rest = ids[k + 1 :]
+                if rest:
+                    self._step(state.feed(rest), len(rest))
+                return
+
+    def _step(self, text: str, tokens: int) -> None:
+        delta = self.state.parse(text, final=self.state.done)
+        if delta.calls or delta.normal_text.strip():
+            self.past_reasoning = True
+        self.reasoning_tokens += self._thinking(delta, tokens)
+        self._apply(delta)
+
+    def _thinking(self, delta: ParseDelta, tokens: int) -> int:
+        """How many of `tokens` (those that said `delta`) were reasoning: all when they said
+        only reasoning (or nothing yet, inside an open reasoning item); a share by characters
+        when they said reasoning and more."""
+        said = len(delta.normal_text) + sum(
+            len(c.arguments) + len(c.name or "") for c in delta.calls
+        )
+        thought = len(delta.reasoning_text)
+        if not said:
+            return tokens if thought or self._open_kind() == _REASONING else 0
+        return round(tokens * thought / (thought + said))
+
+    def _apply(self, delta: ParseDelta) -> None:
+        if delta.reasoning_text:
+            index = self._ensure(_REASONING)
+            self._grow(index, delta.reasoning_text, "response.reasoning_text.delta")
+        if delta.normal_text:
+            text = self.held + delta.normal_text
+            if self._open_kind() != _MESSAGE and not text.strip():
+                self.held = text
+            else:
+                self.held = ""
+                index = self._ensure(_MESSAGE)
+                self._grow(index, text, "response.output_text.delta")
+        for call in delta.calls:
+            if call.id is not None:
+                self.held = ""
+                self._close()
+                index = self._add(
+                    _CALL, {"call_id": call.id, "name": call.name or "", "arguments": ""}
+                )
+                self.calls[call.index] = index
+            index = self.calls.get(call.index, -1)
+            if call.arguments and index >= 0:
+                self.texts[index].append(call.arguments)
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=self.items[index]["id"],
+                    output_index=index,
+                    delta=call.arguments,
+                )
+
+    def _open_kind(self) -> str | None:
+        return None if self.open is None else self.items[self.open]["type"]
+
+    def _ensure(self, kind: str) -> int:
+        if self.open is not None and self.items[self.open]["type"] == kind:
+            return self.open
+        self._close()
+        if kind == _REASONING:
+            index = self._add(_REASONING, {"summary": []})
+            part: dict[str, Any] = {"type": "reasoning_text", "text": ""}
+        else:
+            index = self._add(_MESSAGE, {"role": "assistant", "content": []})
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        self._event(
+            "response.content_part.added",
+            item_id=self.items[index]["id"],
+            output_index=index,
+            content_index=0,
+            part=part,
+        )
+        return index
+
+    def _add(self, kind: str, fields: dict[str, Any]) -> int:
+        index = len(self.items)
+        item = {"id": f"{_PREFIX[kind]}{self._base}{index:02x}", "type": kind, **fields}
+        item["status"] = "in_progress"
+        self.items.append(item)
+        self.texts.append([])
+        self.open = index
+        self._event("response.output_item.added", output_index=index, item=item)
+        return index
+
+    def _grow(self, index: int, text: str, event: str) -> None:
+        self.texts[index].append(text)
+        extra: dict[str, Any] = {"logprobs": []} if event == "response.output_text.delta" else {}
+        self._event(
+            event,
+            item_id=self.items[index]["id"],
+            output_index=index,
+            content_index=0,
+            delta=text,
+            **extra,
+        )
+
+    def _close(self, status: str = "completed") -> None:
+        """Finish the open item: its `.done` events and its final shape."""
+        index = self.open
+        if index is None:
+            return
+        self.open = None
+        item = self.items[index]
+        item_id, text = item["id"], "".join(self.texts[index])
+        if item["type"] == _CALL:
+            item["arguments"] = text
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=item_id,
+                output_index=index,
+                name=item["name"],
+                arguments=text,
+            )
+        else:
+            if item["type"] == _REASONING:
+                part: dict[str, Any] = {"type": "reasoning_text", "text": text}
+                self._event(
+                    "response.reasoning_text.done",
+                    item_id=item_id,
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                )
+            else:
+                part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+                self._event(
+                    "response.output_text.done",
+                    item_id=item_id,
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+            item["content"] = [part]
+            self._event(
+                "response.content_part.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=part,
+            )
+        item["status"] = status
+        self._event("response.output_item.done", output_index=index, item=item)
+
+    def _begin(self) -> None:
+        if self.begun:
+            return
+        self.begun = True
+        head = self.response("in_progress", None)
+        self._event("response.created", response=head)
+        self._event("response.in_progress", response=head)
+
+    def _end(self) -> None:
+        """The answer has ended: close what is open and send the terminal event (once)."""
+        if self.ended:
+            return
+        self._begin()
+        self.ended = True
+        state = self.state
+        if not state.done:  # the engine never finished this answer
+            state.done = True
+            state.finish_reason = state.finish_reason or "abort"
+            self._apply(state.parse(state.stop.finish(), final=True))
+        cut = state.finish_reason == "length"
+        self._close("incomplete" if cut else "completed")
+        if self.error is not None:
+            return  # the flow sends failure_frames (stream) or whole() answers failed
+        self.final = self.response("incomplete" if cut else "completed", None)
+        kind = "response.incomplete" if cut else "response.completed"
+        self._event(kind, response=self.final)
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        seq = self.seq
+        self.seq = seq + 1
+        if self._frames is None:
+            return
+        payload = {"type": kind, **fields, "sequence_number": seq}
+        self._frames.append(
+            b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+        )
+
+    # --- the response object ---------------------------------------------------------------------
+    def usage(self) -> dict[str, Any]:
+        output = self.state.completion_tokens
+        return {
+            "input_tokens": self.prompt_tokens,
+            # cache_write_tokens: engines do not report it (the SDK's model requires the field)
+            "input_tokens_details": {"cached_tokens": self.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": min(self.reasoning_tokens, output)},
+            "total_tokens": self.prompt_tokens + output,
+        }
+
+    def response(self, status: str, err: ApiError | None) -> dict[str, Any]:
+        """OpenAI's `response` object as it stands (`status`: in_progress, completed, ...)."""
+        return response_object(
+            self.req,
+            self.id,
+            self.spec.created,
+            status,
+            [dict(item) for item in self.items] if status != "in_progress" else [],
+            self.usage() if status != "in_progress" else None,
+            error=_error(err) if status == "failed" else None,
+        )
+
+
+def _error(err: ApiError | None) -> dict[str, str]:
+    """What a failed response says (what the engine said goes to the log, not the client)."""
+    if err is not None:
+        return {"code": "server_error", "message": err.message}
+    return {"code": "server_error", "message": "The engine failed while generating the response"}
+
+
+def response_object(
+    req: ResponsesRequest,
+    response_id: str,
+    created_at: int,
+    status: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+    *,
+    error: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """OpenAI's `response` object for `req` (the request's settings echoed as they apply)."""
+    reasoning = req.reasoning or {"effort": None, "summary": None}
+    incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "background": req.background,
+        "error": error,
+        "incomplete_details": incomplete,
+        "instructions": req.instructions,
+        "max_output_tokens": req.max_output_tokens,
+        "model": req.model,
+        "output": output,
+        "parallel_tool_calls": req.parallel_tool_calls,
+        "previous_response_id": req.previous_response_id,
+        "reasoning": reasoning,
+        "service_tier": "default",
+        "store": req.store,
+        "temperature": 1.0 if req.temperature is None else req.temperature,
+        "text": {"format": req.text_format},
+        "tool_choice": req.tool_choice,
+        "tools": list(req.tools),
+        "top_p": 1.0 if req.top_p is None else req.top_p,
+        "truncation": "disabled",
+        "usage": usage,
+        "user": req.user,
+        "metadata": req.metadata,
+        "conversation": None if req.conversation is None else {"id": req.conversation},
+        **req.echo,
+    }

@@ -1,14 +1,29 @@
 """Suite-wide hooks: every test gets exactly one tier (unit, integration, chaos; the rule is in
 support/tiers.py), and a unit test that starts a process fails, naming the tier it belongs to.
-Importing support.examples registers the `fast` hypothesis profile before the plugin loads it."""
+Importing support.examples registers the `fast` hypothesis profile before the plugin loads it.
+Real PostgreSQL and redis servers (storage/servers.py) are session fixtures, started only when a
+selected test asks for them (the storage contract suite, stored history end to end)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 
 import pytest
 import support.examples  # noqa: F401  (registers the `fast` profile)
+from storage.servers import postgres_server, redis_server
 from support.tiers import assign, processes_refused, tiers_of
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark

@@ -53,8 +53,10 @@ from smg.app.outbound import (
 )
 from smg.clock import Clock, LoopClock
 from smg.config import (
+    ConfigError,
     GatewayConfig,
     check_limits,
+    check_storage,
     effective_max_concurrency,
     effective_max_connections,
 )
@@ -69,7 +71,8 @@ from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard
 from smg.pipeline.policies import CacheAwarePolicy
 from smg.pipeline.tokenizer import Tokenizer
-from smg.storage.memory import MemoryStorage
+from smg.storage import Storage, StorageError
+from smg.storage.factory import open_storage
 from smg.tls import GatewayTls
 
 log = structlog.get_logger("smg.gateway")
@@ -95,6 +98,7 @@ class Gateway:
         self.idle = idle_sweeper(cfg)
         self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
         check_limits(cfg.limits)
+        check_storage(cfg.storage)  # e.g. --history-backend postgres without --postgres-db-url
         self.clock: Clock = clock or LoopClock()
         self.auth = AuthGate.from_config(cfg, self.clock.now)  # a bad auth flag fails here too
         self.rng = rng or random.Random()
@@ -176,7 +180,7 @@ class Gateway:
             rng=self.rng,
         )
 
-    def build_app(self, flow: Flow) -> web.Application:
+    def build_app(self, flow: Flow, history: Storage) -> web.Application:
         srv = self.cfg.server
         app = web.Application(
             client_max_size=srv.max_payload_size,
@@ -190,8 +194,6 @@ class Gateway:
         self.auth.install(app)
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
-        # the memory backend until --history-backend is wired (the storage branch of issue 12)
-        history = MemoryStorage()
         ResponsesRoutes(flow=flow, storage=history, max_payload=srv.max_payload_size).install(app)
         ConversationsRoutes(storage=history, max_payload=srv.max_payload_size).install(app)
         AdminRoutes(
@@ -208,6 +210,24 @@ class Gateway:
     # --- lifespan --------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         await check_startup_names(self.cfg, self.url_guard)
+        history = await self._open_history()
+        try:
+            await self._run(history, stop)
+        finally:
+            await history.close()
+        self.events.close()
+        log.info("gateway_stopped")
+
+    async def _open_history(self) -> Storage:
+        """The stored responses and conversations (`--history-backend`), connected and migrated;
+        a backend that cannot be opened stops the start with one line (no URL in it)."""
+        try:
+            return await open_storage(self.cfg.storage)
+        except StorageError as err:
+            name = self.cfg.storage.history_backend
+            raise ConfigError(f"--history-backend {name}: {err}") from None
+
+    async def _run(self, history: Storage, stop: asyncio.Event) -> None:
         async with self._worker_session() as session:
             backend = http_backend(session, self.cfg, self.idle)
             async with (
@@ -218,11 +238,9 @@ class Gateway:
                 await self.mesh.start(core, registry, self.registry_cell, self.events)
                 await self._register_startup_workers()
                 try:
-                    await self._serve(self.build_flow(backend), stop)
+                    await self._serve(self.build_flow(backend), history, stop)
                 finally:
                     await self.engines.close()
-        self.events.close()
-        log.info("gateway_stopped")
 
     @contextlib.asynccontextmanager
     async def _worker_session(self) -> AsyncIterator[aiohttp.ClientSession]:
@@ -245,10 +263,10 @@ class Gateway:
         for msg in startup_workers(self.cfg):
             await registry.ask(msg, 10.0)  # the mesh hears of it as an event
 
-    async def _serve(self, flow: Flow, stop: asyncio.Event) -> None:
+    async def _serve(self, flow: Flow, history: Storage, stop: asyncio.Event) -> None:
         cfg = self.cfg
         web_runner = web.AppRunner(
-            self.build_app(flow),
+            self.build_app(flow, history),
             access_log=None,
             handler_cancellation=True,
             keepalive_timeout=cfg.limits.keepalive_timeout_secs,

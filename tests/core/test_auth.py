@@ -35,6 +35,7 @@ from smg.core.auth_keys import (
     role_mapping,
 )
 from smg.core.jwt_rules import JwtSettings
+from smg.storage.memory import MemoryStorage
 
 PUBLIC, DATA, ADMIN, METRICS = (
     RouteClass.PUBLIC,
@@ -82,7 +83,7 @@ async def test_every_installed_route_has_its_intended_class() -> None:
     mesh = {"enable_mesh": True, "mesh_fault_injection": True, "mesh_host": "127.0.0.1"}
     cfg = replace_path(GatewayConfig(), "mesh", **mesh)  # on loopback: needs no cluster key
     cfg = replace_path(cfg, "pd", pd_disaggregation=True)
-    app = Gateway(cfg).build_app(None)  # type: ignore[arg-type]
+    app = Gateway(cfg).build_app(None, MemoryStorage())  # type: ignore[arg-type]
     installed = {r.canonical: classify(r.canonical) for r in app.router.resources()}
     assert installed == EXPECTED_ROUTES
 

@@ -10,14 +10,19 @@ from typing import Any
 import openai
 import pytest
 
-from .conftest import Gateway, Launcher
+from .conftest import Gateway, Launcher, Sim
 
 MODEL = "http-only-model"
 
 
 @pytest.fixture(scope="module")
-def gw(module_launch: Launcher) -> Iterator[Gateway]:
-    yield module_launch.gateway([module_launch.sim(MODEL)])
+def sim(module_launch: Launcher) -> Sim:
+    return module_launch.sim(MODEL)
+
+
+@pytest.fixture(scope="module")
+def gw(module_launch: Launcher, sim: Sim) -> Iterator[Gateway]:
+    yield module_launch.gateway([sim])
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +87,31 @@ def test_a_response_not_stored_cannot_be_chained(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model=MODEL, input="again", previous_response_id=loose.id)
     assert info.value.code == "previous_response_not_found"
+
+
+def test_a_conversation_gets_the_turns_appended(client: openai.OpenAI) -> None:
+    conversation = client.conversations.create()
+    first = client.responses.create(model=MODEL, input="One.", conversation=conversation.id)
+    with client.responses.stream(model=MODEL, input="Two.", conversation=conversation.id) as stream:
+        for _ in stream:
+            pass
+        second = stream.get_final_response()
+    assert second.status == "completed"
+    assert first.usage is not None and second.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens  # the first turn came along
+    items = client.conversations.items.list(conversation.id, order="asc")
+    said = [(i.type, getattr(i, "role", None)) for i in items.data]
+    assert said == [("message", "user"), ("message", "assistant")] * 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_worker_error_reaches_the_client_in_its_own_words(
+    client: openai.OpenAI, sim: Sim, stream: bool
+) -> None:
+    sim.configure(status_override=400)
+    try:
+        with pytest.raises(openai.BadRequestError) as info:
+            client.responses.create(model=MODEL, input="hi", stream=stream)
+    finally:
+        sim.configure(status_override=None)
+    assert info.value.code == "sim_status_override"

@@ -29,7 +29,13 @@ from smg import errors
 from smg.flow.relay import UPSTREAM_FAILURES, HttpRelay, is_event_stream, pump, upstream_failure
 from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS, ChatRenderer
 from smg.flow.runner import Attempt
-from smg.pipeline.chat_answer import ChatAnswerError, SseReader, chunk_step, whole_step
+from smg.pipeline.chat_answer import (
+    ChatAnswerError,
+    SseReader,
+    chunk_step,
+    payload_json,
+    whole_step,
+)
 
 log = structlog.get_logger("smg.relay")
 
@@ -125,10 +131,12 @@ class ChatAnswer:
 
         async def write(chunk: bytes) -> None:
             frames: list[bytes] = []
-            for payload in reader.feed(chunk):
-                frames += renderer.chat_frames(chunk_step(payload))
-            if frames:
-                await resp.write(b"".join(frames))
+            try:
+                for payload in reader.feed(chunk):
+                    frames += renderer.chat_frames(chunk_step(payload_json(payload)))
+            finally:  # what came before a bad payload is shown
+                if frames:
+                    await resp.write(b"".join(frames))
 
         success: bool | None = None  # stays None if the client leaves first
         try:

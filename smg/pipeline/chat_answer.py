@@ -7,9 +7,10 @@ one `chat.completion.chunk` of a stream) becomes one `ChatStep`: the `ParseDelta
 parser would have produced, with the finish reason and usage when they come. The renderer then
 runs the very same item machine as in token mode.
 
-`SseReader` splits a worker's event stream into its JSON payloads (`data:` lines), whatever the
-chunking of the bytes; a line longer than its bound, or a payload that is not a chat answer,
-raises `ChatAnswerError` (the worker's fault: the flow answers 502).
+`SseReader` splits a worker's event stream into its payloads (`data:` lines), whatever the
+chunking of the bytes; a line longer than its bound, a payload that is not JSON
+(`payload_json`) or not a chat answer raises `ChatAnswerError` (the worker's fault: the flow
+answers 502, or ends a begun stream with the renderer's failure events).
 """
 
 from __future__ import annotations
@@ -94,8 +95,9 @@ def chunk_step(chunk: Any) -> ChatStep:
 
 
 class SseReader:
-    """Bytes of an event stream in, its `data:` payloads out (parsed JSON); `done` once the
-    worker sent `data: [DONE]`. The same payloads however the bytes are chunked."""
+    """Bytes of an event stream in, its `data:` payloads out (`payload_json` parses each: the
+    good ones before a bad one can still be shown); `done` once the worker sent `data: [DONE]`.
+    The same payloads however the bytes are chunked."""
 
     __slots__ = ("_buf", "done")
 
@@ -103,13 +105,13 @@ class SseReader:
         self._buf = b""
         self.done = False
 
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, data: bytes) -> list[bytes]:
         buf = self._buf + data
         lines = buf.split(b"\n")
         self._buf = lines.pop()
         if len(self._buf) > MAX_SSE_LINE:
             raise ChatAnswerError(f"an event-stream line longer than {MAX_SSE_LINE} bytes")
-        out: list[Any] = []
+        out: list[bytes] = []
         for line in lines:
             line = line.rstrip(b"\r")
             if self.done or not line.startswith(b"data:"):
@@ -118,11 +120,16 @@ class SseReader:
             if payload == b"[DONE]":
                 self.done = True
                 continue
-            try:
-                out.append(orjson.loads(payload))
-            except orjson.JSONDecodeError:
-                raise ChatAnswerError("an event-stream payload that is not JSON") from None
+            out.append(payload)
         return out
+
+
+def payload_json(payload: bytes) -> Any:
+    """One event-stream payload, parsed."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise ChatAnswerError("an event-stream payload that is not JSON") from None
 
 
 def _first_choice(body: Any) -> dict[str, Any] | None:

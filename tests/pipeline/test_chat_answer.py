@@ -16,6 +16,7 @@ from smg.pipeline.chat_answer import (
     ChatAnswerError,
     SseReader,
     chunk_step,
+    payload_json,
     whole_step,
 )
 from smg.pipeline.parsers.types import CallDelta, ParseDelta
@@ -122,7 +123,7 @@ def read_all(chunks: list[bytes]) -> tuple[list[object], bool]:
     reader = SseReader()
     out: list[object] = []
     for c in chunks:
-        out += reader.feed(c)
+        out += [payload_json(p) for p in reader.feed(c)]
     return out, reader.done
 
 
@@ -141,8 +142,9 @@ def test_the_reader_yields_the_same_payloads_for_any_chunking(cuts: list[int]) -
 
 
 def test_the_reader_refuses_a_payload_that_is_not_json_and_an_endless_line() -> None:
+    [bad] = SseReader().feed(b"data: {nope\n\n")
     with pytest.raises(ChatAnswerError):
-        SseReader().feed(b"data: {nope\n\n")
+        payload_json(bad)
     with pytest.raises(ChatAnswerError):
         SseReader().feed(b"data: " + b"x" * MAX_SSE_LINE)
     assert SseReader().feed(orjson.dumps({"a": 1})) == []  # no line end yet: nothing

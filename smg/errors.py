@@ -146,6 +146,10 @@ def upstream_broken() -> ApiError:
     return ApiError(502, "upstream_stream_error", "The worker's response broke off")
 
 
+def upstream_not_chat() -> ApiError:
+    return ApiError(502, "upstream_bad_answer", "The worker's answer is not a chat completion")
+
+
 def upstream_too_large(limit: int) -> ApiError:
     return ApiError(
         502,

@@ -19,8 +19,9 @@ request id and the response id) and the response is simply not found later.
 `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}` and `GET /v1/responses/{id}/input_items`
 (`after`, `limit`, `order`) read storage only.
 
-Token mode only for now: a model served by HTTP workers alone answers 501 (translating to the
-workers' chat completions and back is later work of issue 12).
+HTTP mode: the same chat body goes to an HTTP worker's /v1/chat/completions and its answer is
+read back and rendered as the same items and events (smg.flow.chat). A model served by PD pairs
+of HTTP workers answers 501 `responses_http_pd_unsupported` for now.
 """
 
 from __future__ import annotations
@@ -91,12 +92,12 @@ class ResponsesRoutes:
         body = rq.parse_object(raw)
         parsed = parse_responses(body)
         sampling = sampling_from_openai(chat_body(parsed), chat=True)  # ranges, response_format
-        if not self.flow.serves_tokens(parsed.model):
+        if not self.flow.renders(parsed.model):
             raise ApiError(
                 501,
-                "responses_http_mode_unsupported",
-                f"Model '{parsed.model}' is served by HTTP workers only; /v1/responses needs "
-                "gRPC engines (token mode) in this gateway for now",
+                "responses_http_pd_unsupported",
+                f"Model '{parsed.model}' is served by prefill/decode pairs of HTTP workers; "
+                "/v1/responses does not run on those in this gateway yet",
                 type="invalid_request_error",
             )
         tenant = tenant_of(request)

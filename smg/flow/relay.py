@@ -165,9 +165,16 @@ class HttpRelay:
                 pass
             return resp
         finally:
-            backend.unwatch(watch)
-            if success is True:
-                upstream.release()
-            else:
-                upstream.close()  # drop the connection: the worker sees the disconnect
-            self.runner.finish(attempt, success)
+            self.settle_stream(attempt, watch, success)
+
+    def settle_stream(
+        self, attempt: Attempt[aiohttp.ClientResponse], watch: Watch, success: bool | None
+    ) -> None:
+        """A streamed answer has ended: its watch released, its upstream connection kept only
+        when it ended well (else dropped: the worker sees the disconnect), its attempt settled."""
+        self.backend.unwatch(watch)
+        if success is True:
+            attempt.response.release()
+        else:
+            attempt.response.close()
+        self.runner.finish(attempt, success)

@@ -19,7 +19,7 @@ or a PD pair's decode leg):
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import structlog
 from aiohttp import web
@@ -27,6 +27,7 @@ from aiohttp import web
 from smg import errors
 from smg.errors import ApiError
 from smg.pipeline.backends.grpc_pool import EngineStream
+from smg.pipeline.chat_answer import ChatStep
 from smg.pipeline.detokenize import DecodeFn
 from smg.pipeline.engine_types import EngineEvent
 from smg.pipeline.output import OutputSpec
@@ -58,6 +59,28 @@ class RenderFactory(Protocol):
     def __call__(
         self, spec: OutputSpec, decode: DecodeFn, now: Callable[[], float]
     ) -> Renderer: ...
+
+
+class ChatRenderer(Protocol):
+    """A surface's view of an HTTP worker's chat answer, read back (see chat.py)."""
+
+    def chat_frames(self, step: ChatStep) -> list[bytes]: ...
+    def collect_chat(self, step: ChatStep) -> None: ...
+    def closing_frames(self) -> list[bytes]: ...
+    def failure_frames(self, err: ApiError) -> list[bytes]: ...
+    def whole(self) -> bytes | None: ...
+
+
+@runtime_checkable
+class ChatRenderFactory(Protocol):
+    """A surface the gateway renders itself, whatever serves it: an engine's events in token
+    mode (`__call__`), an HTTP worker's chat answer otherwise (`for_chat`)."""
+
+    def __call__(
+        self, spec: OutputSpec, decode: DecodeFn, now: Callable[[], float]
+    ) -> Renderer: ...
+
+    def for_chat(self, created: int) -> ChatRenderer: ...
 
 
 def engine_failure(renderer: Renderer, client_id: str | None, engine_id: str) -> ApiError:

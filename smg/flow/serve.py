@@ -87,6 +87,12 @@ class Flow:
         the surfaces the gateway renders itself (Responses) need it."""
         return any(is_grpc_url(w.url) for w in self.runner.candidates(model))
 
+    def renders(self, model: str) -> bool:
+        """True when the gateway can render its own surface (Responses) for `model` (404 if
+        unknown): token mode, or HTTP workers outside PD mode (their chat answers are read
+        back, smg.flow.chat). A PD pair over HTTP relays its decode leg's bytes: not yet."""
+        return self.serves_tokens(model) or self.http_pd is None
+
     def resolve_model(self, model: object) -> str:
         """The model a native request names (404 if unknown), or the only one served."""
         if isinstance(model, str) and model:

@@ -6,11 +6,14 @@ another worker before anything reaches the client: a gRPC engine gets the prepar
 worker the client's own bytes (`HttpBackend.open`: the status line is in). In token mode a mixed
 fleet may hand the request to either; in pass-through mode there are HTTP workers only. The
 answer then goes to the client through the renderer (an engine's events) or the byte relay (an
-HTTP worker's answer), which settles the attempt.
+HTTP worker's answer), which settles the attempt. A surface the gateway renders itself
+(Responses: its render factory is a `ChatRenderFactory`) has an HTTP worker's chat answer read
+back and rendered instead (chat.py).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,10 +21,10 @@ import aiohttp
 from aiohttp import web
 
 from smg.core.snapshots import WorkerSnapshot
-from smg.flow import render
+from smg.flow import chat, render
 from smg.flow.prepare import Prepared
 from smg.flow.relay import HttpRelay
-from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS, RenderFactory
+from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS, ChatRenderFactory, RenderFactory
 from smg.flow.request import Request
 from smg.flow.runner import Attempt, Runner
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
@@ -51,6 +54,10 @@ class SingleWorker:
             request_id=req.client_id,
         )
         if isinstance(attempt.response, aiohttp.ClientResponse):
+            if isinstance(render_with, ChatRenderFactory):  # a surface the gateway renders
+                renderer = render_with.for_chat(int(time.time()))
+                answer = chat.ChatAnswer(self.relay, client, attempt, req.client_id, renderer)
+                return await answer.answer(req.stream)
             return await self.relay.answer(client, attempt, req.client_id, req.stream)
         assert prepared is not None
         return await self._render(client, req, attempt, prepared, render_with)

@@ -25,12 +25,13 @@ held back and opens no message of its own.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from smg.errors import ApiError
+from smg.pipeline.chat_answer import ChatStep
 from smg.pipeline.choice import ChoiceState, OutputSpec
 from smg.pipeline.detokenize import DecodeFn
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
@@ -56,6 +57,17 @@ class ResponsesRenderer:
     ) -> ResponsesShaper:
         self.made = ResponsesShaper(self.req, self.response_id, spec, decode)
         return self.made
+
+    def for_chat(self, created: int) -> ResponsesShaper:
+        """HTTP mode: the shaper of a worker's chat answer (read back as `ChatStep`s: the worker
+        has parsed the text already, so no detokenizer and no parser run here)."""
+        spec = OutputSpec(self.response_id, self.req.model, created, chat=True)
+        self.made = ResponsesShaper(self.req, self.response_id, spec, _no_tokens)
+        return self.made
+
+
+def _no_tokens(ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+    raise AssertionError("a chat answer carries text, not tokens")
 
 
 class ResponsesShaper:
@@ -128,6 +140,33 @@ class ResponsesShaper:
         if self.error is not None:
             return orjson.dumps(self.response("failed", None))
         return orjson.dumps(self.final)
+
+    # --- HTTP mode: a worker's chat answer -------------------------------------------------------
+    def chat_frames(self, step: ChatStep) -> list[bytes]:
+        """The events of one streamed chat chunk (closing_frames ends the stream)."""
+        self._frames = frames = list[bytes]()
+        self._chat(step)
+        return frames
+
+    def collect_chat(self, step: ChatStep) -> None:
+        self._frames = None
+        self._chat(step)
+
+    def _chat(self, step: ChatStep) -> None:
+        state = self.state
+        self._begin()
+        if not state.done:
+            self._apply(step.delta)
+            if step.finish_reason is not None:
+                state.done = True
+                state.finish_reason = step.finish_reason
+        usage = step.usage
+        if usage is not None:  # the worker's counts (a stream sends them after the finish)
+            self.prompt_tokens = _count(usage, "prompt_tokens")
+            self.cached_tokens = _count(usage.get("prompt_tokens_details"), "cached_tokens")
+            state.completion_tokens = _count(usage, "completion_tokens")
+            details = usage.get("completion_tokens_details")
+            self.reasoning_tokens = _count(details, "reasoning_tokens")
 
     # --- the machine -----------------------------------------------------------------------------
     def _feed(self, ev: EngineEvent) -> None:
@@ -369,6 +408,11 @@ class ResponsesShaper:
             self.usage() if status != "in_progress" else None,
             error=_error(err) if status == "failed" else None,
         )
+
+
+def _count(obj: Any, name: str) -> int:
+    value = obj.get(name) if isinstance(obj, dict) else None
+    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def _error(err: ApiError | None) -> dict[str, str]:

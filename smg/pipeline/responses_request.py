@@ -184,6 +184,7 @@ def chat_body(req: ResponsesRequest) -> dict[str, Any]:
         body["response_format"] = {"type": "json_object"}
     if req.stream:
         body["stream"] = True
+        body["stream_options"] = {"include_usage": True}  # an HTTP worker's counts (usage)
     return body
 
 

@@ -167,3 +167,9 @@ def test_generate_runs_through_pd_over_http(launch: Launcher) -> None:
     p_rooms, d_rooms = _rooms(prefill), _rooms(decode)
     assert len(d_rooms) == 2 and p_rooms == d_rooms
     assert prefill.stats()["completed"] == 2 and decode.stats()["completed"] == 2
+
+
+def test_responses_on_http_pd_pairs_is_refused_clearly(launch: Launcher) -> None:
+    gw, _, _ = _pd(launch)
+    resp = gw.request("POST", "/v1/responses", {"model": "sim-model", "input": "hi"})
+    assert_openai_error(resp, 501, "responses_http_pd_unsupported")

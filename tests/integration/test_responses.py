@@ -19,7 +19,6 @@ from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 from .conftest import Engine, Gateway, Launcher, wait_until
 
 MODEL = "Qwen3-8B-sim"
-HTTP_MODEL = "http-only-model"
 THINK_AND_CALL = f"SIM_REPLY: {QWEN_REPLY}"
 
 
@@ -33,8 +32,7 @@ class Setup:
 @pytest.fixture(scope="module")
 def setup(module_launch: Launcher) -> Iterator[Setup]:
     engine = module_launch.engine(MODEL, "vllm", chunk_tokens=1)
-    worker = module_launch.sim(HTTP_MODEL)  # an HTTP worker: no token mode for its model
-    gw = module_launch.gateway([engine, worker], tokenizer_path=qwen3_tokenizer_dir())
+    gw = module_launch.gateway([engine], tokenizer_path=qwen3_tokenizer_dir())
     with gw.client(timeout_s=20.0) as client:
         yield Setup(gw, client, engine)
 
@@ -145,12 +143,6 @@ def test_bad_input_is_a_400_in_openai_shape(
 def test_an_unknown_model_is_a_404(setup: Setup) -> None:
     with pytest.raises(openai.NotFoundError):
         setup.client.responses.create(model="no-such-model", input="hi")
-
-
-def test_a_model_behind_http_workers_only_is_refused_clearly(setup: Setup) -> None:
-    resp = setup.gw.request("POST", "/v1/responses", {"model": HTTP_MODEL, "input": "hi"})
-    assert resp.status == 501
-    assert resp.json()["error"]["code"] == "responses_http_mode_unsupported"
 
 
 def test_a_three_turn_chain_through_previous_response_id(setup: Setup) -> None:

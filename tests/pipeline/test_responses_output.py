@@ -15,9 +15,11 @@ from pydantic import TypeAdapter
 from support.responses_cases import QWEN_REPLY, WEATHER
 
 from smg.errors import ApiError
+from smg.pipeline.chat_answer import ChatStep
 from smg.pipeline.choice import OutputSpec
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.parser_choice import ParserChoice, tool_choice
+from smg.pipeline.parsers.types import CallDelta, ParseDelta
 from smg.pipeline.responses_output import ResponsesRenderer, ResponsesShaper
 from smg.pipeline.responses_request import chat_body, parse_responses
 
@@ -228,3 +230,103 @@ def test_a_cancelled_response_keeps_what_was_said_and_renders_no_more() -> None:
     assert msg["status"] == "incomplete" and msg["content"][0]["text"] == "word w"
     Response.model_validate(body)
     assert s.closing_frames() == []  # ended: no terminal event after a cancel
+
+
+# --- HTTP mode: a worker's chat answer ------------------------------------------------------------
+CHAT_USAGE = {
+    "prompt_tokens": 11,
+    "completion_tokens": 20,
+    "total_tokens": 31,
+    "prompt_tokens_details": {"cached_tokens": 3},
+    "completion_tokens_details": {"reasoning_tokens": 6},
+}
+
+
+def chat_shaper(**fields: Any) -> ResponsesShaper:
+    req = parse_responses({"model": "m", "input": "hi", "tools": [WEATHER], **fields})
+    return ResponsesRenderer(req, "resp_ab").for_chat(1700000000)
+
+
+def chat_chunks(text_chunks: list[str], reason: str) -> list[ChatStep]:
+    steps = [ChatStep(ParseDelta(reasoning_text="Think ")), ChatStep(ParseDelta("", "more."))]
+    steps += [ChatStep(ParseDelta(t)) for t in text_chunks]
+    steps.append(ChatStep(ParseDelta(calls=(CallDelta(0, "call_1", "get_weather", ""),))))
+    steps += [
+        ChatStep(ParseDelta(calls=(CallDelta(0, None, None, a),))) for a in ('{"ci', 'ty": 1}')
+    ]
+    steps.append(ChatStep(ParseDelta(), reason))
+    steps.append(ChatStep(ParseDelta(), None, CHAT_USAGE))
+    return steps
+
+
+def chat_stream(s: ResponsesShaper, steps: list[ChatStep]) -> list[dict[str, Any]]:
+    frames: list[bytes] = []
+    for step in steps:
+        frames += s.chat_frames(step)
+    frames += s.closing_frames()
+    out = [orjson.loads(f.split(b"\ndata: ", 1)[1]) for f in frames]
+    for payload in out:
+        EVENTS.validate_python(payload)
+    assert [e["sequence_number"] for e in out] == list(range(len(out)))
+    return out
+
+
+@pytest.mark.parametrize("text_chunks", [["Sunny", " in Paris."], ["Sunny in Paris."]])
+def test_a_chat_answer_becomes_reasoning_message_and_call_items_streamed_equal_to_whole(
+    text_chunks: list[str],
+) -> None:
+    got = chat_stream(chat_shaper(), chat_chunks(text_chunks, "tool_calls"))
+    final = got[-1]["response"]
+    assert got[-1]["type"] == "response.completed"
+    collected = chat_shaper()
+    whole_step = ChatStep(
+        ParseDelta(
+            "Sunny in Paris.",
+            "Think more.",
+            (CallDelta(0, "call_1", "get_weather", '{"city": 1}'),),
+        ),
+        "tool_calls",
+        CHAT_USAGE,
+    )
+    collected.collect_chat(whole_step)
+    body = collected.whole()
+    assert body is not None
+    assert orjson.loads(body) == final
+    Response.model_validate(final)
+    assert [(i["type"], i["status"]) for i in final["output"]] == [
+        ("reasoning", "completed"),
+        ("message", "completed"),
+        ("function_call", "completed"),
+    ]
+    assert final["output"][0]["content"] == [{"type": "reasoning_text", "text": "Think more."}]
+    assert final["output"][1]["content"][0]["text"] == "Sunny in Paris."
+    call = final["output"][2]
+    assert (call["call_id"], call["name"], call["arguments"]) == (
+        "call_1",
+        "get_weather",
+        '{"city": 1}',
+    )
+    assert final["usage"] == {
+        "input_tokens": 11,
+        "input_tokens_details": {"cached_tokens": 3, "cache_write_tokens": 0},
+        "output_tokens": 20,
+        "output_tokens_details": {"reasoning_tokens": 6},
+        "total_tokens": 31,
+    }
+    deltas = [e["delta"] for e in got if e["type"] == "response.function_call_arguments.delta"]
+    assert deltas == ['{"ci', 'ty": 1}']
+
+
+def test_a_chat_answer_cut_by_length_is_incomplete() -> None:
+    s = chat_shaper(max_output_tokens=3)
+    got = chat_stream(s, [ChatStep(ParseDelta("Sun")), ChatStep(ParseDelta(), "length")])
+    assert got[-1]["type"] == "response.incomplete"
+    final = got[-1]["response"]
+    assert final["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert final["output"][0]["status"] == "incomplete"
+
+
+def test_a_chat_stream_that_ends_without_a_finish_still_closes_its_items() -> None:
+    got = chat_stream(chat_shaper(), [ChatStep(ParseDelta("Hi"))])
+    assert got[-1]["type"] == "response.completed"
+    assert got[-1]["response"]["output"][0]["content"][0]["text"] == "Hi"

@@ -77,6 +77,7 @@ def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str)
         env = os.environ.get(_env_name(flag))
         default: Any = f.default
         help_text = f"{f.metadata['help']} (default: {default!r}; env {_env_name(flag)})"
+        help_text = help_text.replace("%", "%%")  # argparse %-formats help: a literal 90% stays
         if kind is bool:
             if env is not None:
                 default = _parse_bool(env)

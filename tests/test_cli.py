@@ -120,3 +120,15 @@ def test_limits_flags_and_the_connection_cap_from_the_open_file_limit() -> None:
     assert effective_max_connections(LimitsConfig(max_connections=0), 100) == 0  # no cap
     with pytest.raises(ConfigError, match="--max-buffered-request-bytes must be > 0"):
         check_limits(LimitsConfig(max_buffered_request_bytes=0))
+
+
+@pytest.mark.parametrize("command", ["launch", "node", "sim", "dev"])
+def test_every_commands_help_renders(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse %-formats help texts: a literal `%` in one (the tree's "90%") must not crash."""
+    with pytest.raises(SystemExit) as info:
+        parse([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: smg {command}")
+    if command in ("launch", "node"):  # the gateway's flags, the tree's bound among them
+        assert "evicted from 90% on" in " ".join(out.split())

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from smg.config.knobs import ConfigError
+from smg.config.knobs import ConfigError, knob
 
 PROTOCOLS = ("stdio", "sse", "streamable")
 _NOT_YET = ("proxy", "warmup", "policy")
@@ -45,6 +45,13 @@ _SERVER_KEYS = {
     "streamable": (*_SERVER_COMMON, "url", "token", "headers"),
 }
 MAX_SERVERS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class McpFlagsConfig:
+    mcp_config_path: str | None = knob(
+        None, "MCP servers file (YAML, the Rust gateway's layout); read and checked at start."
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,3 +127,25 @@ def test_load_reads_a_file_and_names_an_unreadable_one(tmp_path) -> None:
     assert len(load_mcp_config(str(path)).servers) == 3
     with pytest.raises(ConfigError, match="cannot read"):
         load_mcp_config(str(tmp_path / "missing.yaml"))
+
+
+def test_the_flag_reaches_the_config_tree(tmp_path) -> None:
+    from smg.cli import gateway_config_from, parse
+
+    assert gateway_config_from(parse([])[1]).mcp.mcp_config_path is None
+    _, ns = parse(["--mcp-config-path", str(tmp_path / "mcp.yaml")])
+    assert gateway_config_from(ns).mcp.mcp_config_path == str(tmp_path / "mcp.yaml")
+
+
+def test_the_gateway_reads_the_file_at_construction_and_a_bad_one_stops_it(tmp_path) -> None:
+    from smg.app.gateway import Gateway
+    from smg.config import GatewayConfig, replace_path
+
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(FULL)
+    bad.write_text("servers: [{name: a, protocol: ws}]")
+    gw = Gateway(replace_path(GatewayConfig(), "mcp", mcp_config_path=str(good)))
+    assert [s.name for s in gw.mcp_config.servers] == ["search", "files", "brave"]
+    assert Gateway(GatewayConfig()).mcp_config.servers == ()
+    with pytest.raises(ConfigError, match=r"servers\[0\]\.protocol"):
+        Gateway(replace_path(GatewayConfig(), "mcp", mcp_config_path=str(bad)))

@@ -36,6 +36,8 @@ PURE = [
     ROOT / "sim" / "plan.py",
     ROOT / "sim" / "text.py",
     *sorted((ROOT / "pipeline" / "policies").glob("*.py")),
+    ROOT / "mcp_client" / "outputs.py",
+    ROOT / "config" / "mcp.py",  # the MCP servers file: text in, values out
     ROOT / "tls.py",  # context builders: file reads only, no sockets or grpc
 ]
 FORBIDDEN = {"asyncio", "socket", "time", "aiohttp", "grpc", "threading", "random"}

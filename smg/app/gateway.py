@@ -55,10 +55,12 @@ from smg.clock import Clock, LoopClock
 from smg.config import (
     ConfigError,
     GatewayConfig,
+    McpConfig,
     check_limits,
     check_storage,
     effective_max_concurrency,
     effective_max_connections,
+    load_mcp_config,
 )
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.flow.admission import Admission
@@ -99,6 +101,10 @@ class Gateway:
         self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
         check_limits(cfg.limits)
         check_storage(cfg.storage)  # e.g. --history-backend postgres without --postgres-db-url
+        # an unreadable or malformed MCP servers file stops the start (the MCP tool loop that
+        # uses it is not wired yet: issue 12)
+        path = cfg.mcp.mcp_config_path
+        self.mcp_config: McpConfig = load_mcp_config(path) if path else McpConfig()
         self.clock: Clock = clock or LoopClock()
         self.auth = AuthGate.from_config(cfg, self.clock.now)  # a bad auth flag fails here too
         self.rng = rng or random.Random()

@@ -7,7 +7,7 @@ argument parser, so a knob exists exactly once.
 
 The tree is split by concern: `knobs` (the declaration helper, ConfigError, tree helpers),
 `serving` (how requests are served), `exposure` (auth, TLS, client limits, upstream bounds),
-`storage` (stored responses and conversations);
+`storage` (stored responses and conversations), `mcp` (the MCP servers file);
 `GatewayConfig` and `SimConfig` compose them here, and every name is importable from
 `smg.config`.
 """
@@ -25,6 +25,7 @@ from smg.config.exposure import (
     effective_max_connections,
 )
 from smg.config.knobs import ConfigError, knob, replace_path, sections
+from smg.config.mcp import McpConfig, McpFlagsConfig, load_mcp_config
 from smg.config.serving import (
     POLICIES,
     AdmissionConfig,
@@ -54,6 +55,8 @@ __all__ = [
     "GatewayConfig",
     "HealthConfig",
     "LimitsConfig",
+    "McpConfig",
+    "McpFlagsConfig",
     "MeshNodeConfig",
     "ObservabilityConfig",
     "PdConfig",
@@ -73,6 +76,7 @@ __all__ = [
     "effective_max_concurrency",
     "effective_max_connections",
     "knob",
+    "load_mcp_config",
     "replace_path",
     "sections",
 ]
@@ -97,6 +101,7 @@ class GatewayConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    mcp: McpFlagsConfig = field(default_factory=McpFlagsConfig)
 
 
 @dataclass(frozen=True, slots=True)

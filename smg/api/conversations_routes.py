@@ -28,7 +28,7 @@ from smg.api.stored import json_response, list_query, new_id, page_response, sto
 from smg.errors import ApiError
 from smg.pipeline.responses_items import input_messages, stored_items
 from smg.pipeline.responses_request import check_metadata
-from smg.storage import Conversation, ItemConflict, Storage
+from smg.storage import Conversation, ItemConflict, Page, Storage
 
 MAX_ITEMS_PER_REQUEST = 20  # OpenAI's (and the Rust gateway's) bound on items per call
 
@@ -128,15 +128,7 @@ class ConversationsRoutes:
             raise errors.invalid_value(str(exc), param="items") from None
         if not added:
             raise _not_found(conv_id)
-        return json_response(
-            {
-                "object": "list",
-                "data": items,
-                "first_id": items[0]["id"] if items else None,
-                "last_id": items[-1]["id"] if items else None,
-                "has_more": False,
-            }
-        )
+        return page_response(Page(tuple(items), has_more=False))
 
     async def list_items(self, request: web.Request) -> web.StreamResponse:
         conv_id = request.match_info["id"]

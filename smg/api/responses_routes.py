@@ -41,7 +41,8 @@ from smg.errors import ApiError
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
 from smg.pipeline.responses_items import stored_items
-from smg.pipeline.responses_output import ResponsesRenderer, response_object
+from smg.pipeline.responses_object import response_object
+from smg.pipeline.responses_output import ResponsesRenderer
 from smg.pipeline.responses_request import (
     ResponsesRequest,
     chat_body,

@@ -82,16 +82,13 @@ class Flow:
             self.admission.release()
 
     # --- what the native edges ask besides answers -----------------------------------------------
-    def serves_tokens(self, model: str) -> bool:
-        """True when `model` (404 if unknown) is served in token mode (it has a gRPC engine):
-        the surfaces the gateway renders itself (Responses) need it."""
-        return any(is_grpc_url(w.url) for w in self.runner.candidates(model))
-
     def renders(self, model: str) -> bool:
         """True when the gateway can render its own surface (Responses) for `model` (404 if
-        unknown): token mode, or HTTP workers outside PD mode (their chat answers are read
-        back, smg.flow.chat). A PD pair over HTTP relays its decode leg's bytes: not yet."""
-        return self.serves_tokens(model) or self.http_pd is None
+        unknown): token mode (a gRPC engine), or HTTP workers outside PD mode (their chat
+        answers are read back, smg.flow.chat). A PD pair over HTTP relays its decode leg's bytes:
+        not yet."""
+        candidates = self.runner.candidates(model)
+        return self.http_pd is None or any(is_grpc_url(w.url) for w in candidates)
 
     def resolve_model(self, model: object) -> str:
         """The model a native request names (404 if unknown), or the only one served."""

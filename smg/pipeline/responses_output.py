@@ -36,6 +36,7 @@ from smg.pipeline.choice import ChoiceState, OutputSpec
 from smg.pipeline.detokenize import DecodeFn
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.parsers.types import ParseDelta
+from smg.pipeline.responses_object import failure, response_object, usage_object
 from smg.pipeline.responses_request import ResponsesRequest
 
 _REASONING, _MESSAGE, _CALL = "reasoning", "message", "function_call"
@@ -387,15 +388,10 @@ class ResponsesShaper:
 
     # --- the response object ---------------------------------------------------------------------
     def usage(self) -> dict[str, Any]:
-        output = self.state.completion_tokens
-        return {
-            "input_tokens": self.prompt_tokens,
-            # cache_write_tokens: engines do not report it (the SDK's model requires the field)
-            "input_tokens_details": {"cached_tokens": self.cached_tokens, "cache_write_tokens": 0},
-            "output_tokens": output,
-            "output_tokens_details": {"reasoning_tokens": min(self.reasoning_tokens, output)},
-            "total_tokens": self.prompt_tokens + output,
-        }
+        return usage_object(
+            self.prompt_tokens, self.cached_tokens, self.state.completion_tokens,
+            self.reasoning_tokens,
+        )  # fmt: skip
 
     def response(self, status: str, err: ApiError | None) -> dict[str, Any]:
         """OpenAI's `response` object as it stands (`status`: in_progress, completed, ...)."""
@@ -406,61 +402,10 @@ class ResponsesShaper:
             status,
             [dict(item) for item in self.items] if status != "in_progress" else [],
             self.usage() if status != "in_progress" else None,
-            error=_error(err) if status == "failed" else None,
+            error=failure(err) if status == "failed" else None,
         )
 
 
 def _count(obj: Any, name: str) -> int:
     value = obj.get(name) if isinstance(obj, dict) else None
     return value if isinstance(value, int) and value >= 0 else 0
-
-
-def _error(err: ApiError | None) -> dict[str, str]:
-    """What a failed response says (what the engine said goes to the log, not the client)."""
-    if err is not None:
-        return {"code": "server_error", "message": err.message}
-    return {"code": "server_error", "message": "The engine failed while generating the response"}
-
-
-def response_object(
-    req: ResponsesRequest,
-    response_id: str,
-    created_at: int,
-    status: str,
-    output: list[dict[str, Any]],
-    usage: dict[str, Any] | None,
-    *,
-    error: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """OpenAI's `response` object for `req` (the request's settings echoed as they apply)."""
-    reasoning = req.reasoning or {"effort": None, "summary": None}
-    incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
-    return {
-        "id": response_id,
-        "object": "response",
-        "created_at": created_at,
-        "status": status,
-        "background": req.background,
-        "error": error,
-        "incomplete_details": incomplete,
-        "instructions": req.instructions,
-        "max_output_tokens": req.max_output_tokens,
-        "model": req.model,
-        "output": output,
-        "parallel_tool_calls": req.parallel_tool_calls,
-        "previous_response_id": req.previous_response_id,
-        "reasoning": reasoning,
-        "service_tier": "default",
-        "store": req.store,
-        "temperature": 1.0 if req.temperature is None else req.temperature,
-        "text": {"format": req.text_format},
-        "tool_choice": req.tool_choice,
-        "tools": list(req.tools),
-        "top_p": 1.0 if req.top_p is None else req.top_p,
-        "truncation": "disabled",
-        "usage": usage,
-        "user": req.user,
-        "metadata": req.metadata,
-        "conversation": None if req.conversation is None else {"id": req.conversation},
-        **req.echo,
-    }

@@ -180,23 +180,17 @@ class SimWorker:
             gen=self.gen,
         )
         self._check_failure(beh)
-        rid, offset, total = self._new_id("gen"), plan.offsets[0], plan.max_tokens
+        rid = self._new_id("gen")
         if not plan.stream:
             if beh.first_token_ms > 0:
                 await self.sleep(beh.first_token_ms / 1000.0)
             self.stats.completed += 1
-            text = self.gen.text(offset, total)
-            return web.Response(
-                body=native.answer(rid, plan, text), content_type="application/json"
-            )
+            whole = native.answer(rid, plan, self.gen)
+            return web.Response(body=whole, content_type="application/json")
         resp = web.StreamResponse(headers=SSE_HEADERS)
         await resp.prepare(request)
-        words: list[str] = []
-        for done in range(total):
-            words.extend(self.gen.words(offset, done, 1))
-            last = done + 1 == total
-            await resp.write(native.event(rid, plan, "".join(words), done + 1, last))
-        await resp.write(DONE)
+        for frame in native.frames(rid, plan, self.gen):
+            await resp.write(frame)
         await resp.write_eof()
         self.stats.completed += 1
         return resp

@@ -6,12 +6,15 @@ whose `text` is cumulative (what SGLang sends), ending with `data: [DONE]`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
 from smg.errors import invalid_request
+from smg.sim.http_wire import DONE
 from smg.sim.plan import Plan
+from smg.sim.text import TextGen
 
 _BOOTSTRAP = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 
@@ -42,10 +45,17 @@ def meta_info(rid: str, plan: Plan, completion_tokens: int, finished: bool) -> d
     return meta
 
 
-def answer(rid: str, plan: Plan, text: str) -> bytes:
+def answer(rid: str, plan: Plan, gen: TextGen) -> bytes:
+    text = gen.text(plan.offsets[0], plan.max_tokens)
     return orjson.dumps({"text": text, "meta_info": meta_info(rid, plan, plan.max_tokens, True)})
 
 
-def event(rid: str, plan: Plan, text_so_far: str, tokens: int, finished: bool) -> bytes:
-    body = {"text": text_so_far, "meta_info": meta_info(rid, plan, tokens, finished)}
-    return b"data: %s\n\n" % orjson.dumps(body)
+def frames(rid: str, plan: Plan, gen: TextGen) -> Iterator[bytes]:
+    """The SSE frames of a streamed answer: one per token, each with the text so far, then DONE."""
+    words: list[str] = []
+    total = plan.max_tokens
+    for done in range(total):
+        words.extend(gen.words(plan.offsets[0], done, 1))
+        meta = meta_info(rid, plan, done + 1, done + 1 == total)
+        yield b"data: %s\n\n" % orjson.dumps({"text": "".join(words), "meta_info": meta})
+    yield DONE

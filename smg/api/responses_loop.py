@@ -50,6 +50,7 @@ from smg.pipeline.responses_mcp import (
     McpServerSpec,
     Rounds,
     approval_responses,
+    call_result,
     list_tools_item,
     offer,
 )
@@ -282,17 +283,15 @@ class ToolLoop:
                 "arguments": ask["arguments"],
                 "approval_request_id": request_id,
             }
-            out = await self._call(server, ask["name"], ask["arguments"])
-            item.update(output=out[0], error=out[0] if out[1] else None)
-            item["status"] = "failed" if out[1] else "completed"
+            call_result(item, *await self._call(server, ask["name"], ask["arguments"]))
             items.append(item)
         return items
 
     # --- calls ------------------------------------------------------------------------------------
     async def _run_calls(
         self, shaper: ResponsesShaper, servers: Mapping[str, _Server]
-    ) -> list[tuple[str, bool]]:
-        """The outputs (text, failed) of the paused round's MCP calls, run in parallel."""
+    ) -> list[tuple[str, str | None]]:
+        """The outputs (text, error code or None) of the paused round's MCP calls, run at once."""
         calls = [shaper.items[i] for i in shaper.pending]
         async with asyncio.TaskGroup() as tg:
             tasks = [
@@ -301,18 +300,20 @@ class ToolLoop:
             ]
         return [t.result() for t in tasks]
 
-    async def _call(self, server: _Server, tool: str, arguments: str) -> tuple[str, bool]:
+    async def _call(self, server: _Server, tool: str, arguments: str) -> tuple[str, str | None]:
         try:
             args = orjson.loads(arguments) if arguments.strip() else {}
         except orjson.JSONDecodeError:
             args = None
         if not isinstance(args, dict):
             self._count(server, tool, "bad_arguments", 0.0)
-            return f"the arguments of tool {tool!r} are not a JSON object; it was not called", True
+            return f"the arguments of tool {tool!r} are not a JSON object; it was not called", (
+                "bad_arguments"
+            )
         started = time.monotonic()
         out = await server.call_tool(tool, args)
         self._count(server, tool, out.error or "ok", time.monotonic() - started)
-        return out.text, out.is_error
+        return out.text, out.error
 
     def _count(self, server: _Server, tool: str, outcome: str, seconds: float) -> None:
         name = server.metric_name

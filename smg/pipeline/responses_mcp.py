@@ -3,8 +3,9 @@
 A request's `{"type": "mcp", "server_label": ...}` tool names an MCP server: one of the gateway's
 `--mcp-config-path` servers by its label, or (with `server_url`) a server reached for this request
 only. `allowed_tools` narrows what it offers; `require_approval` ("never", the Rust gateway's
-default; "always"; or `{"never": {"tool_names": [...]}}` / `{"always": {...}}`) decides which
-calls wait for the client's `mcp_approval_response`. `headers` / `authorization` go to that server
+default; "always"; or `{"never": {"tool_names": [...]}}`: every tool but those, and/or
+`{"always": {...}}`: those tools only) decides which calls wait for the client's
+`mcp_approval_response`. `headers` / `authorization` go to that server
 only: the response object echoes the tool without them.
 
 What the model is told: each MCP tool as a function tool of the same name (the first server to
@@ -157,7 +158,8 @@ def _approval(raw: Any, where: str) -> tuple[frozenset[str] | None, frozenset[st
             f"{at} must be 'always', 'never' or {{'always'|'never': {{'tool_names': [...]}}}}",
             param=at,
         )
-    always = _names(raw.get("always"), f"{at}.always") if "always" in raw else frozenset()
+    # `{"never": [...]}` alone: every tool but those; with an `always` list: those only
+    always = _names(raw.get("always"), f"{at}.always") if "always" in raw else None
     never = _names(raw.get("never"), f"{at}.never") or frozenset()
     return always, never
 
@@ -232,11 +234,25 @@ def list_tools_item(
     }
 
 
-def call_result(item: dict[str, Any], text: str, failed: bool) -> None:
-    """An `mcp_call` item completed by its output (in place)."""
+TOOL_ERROR = "tool_error"  # the tool ran and said it failed (smg.mcp_client.outputs' code)
+_RPC_CODES = {"bad_arguments": -32602, "unknown_server": -32601, "protocol_error": -32600}
+
+
+def call_error(code: str | None, text: str) -> dict[str, Any] | None:
+    """An `mcp_call` item's `error` (OpenAI's shapes) for a call that failed with `code`: the
+    tool's own failure, or a protocol error (the call could not run, or did not finish)."""
+    if code is None:
+        return None
+    if code == TOOL_ERROR:
+        return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": text}]}
+    return {"type": "mcp_protocol_error", "code": _RPC_CODES.get(code, -32000), "message": text}
+
+
+def call_result(item: dict[str, Any], text: str, code: str | None) -> None:
+    """An `mcp_call` item completed by its output (in place); `code`: why it failed, if it did."""
     item["output"] = text
-    item["error"] = text if failed else None
-    item["status"] = "failed" if failed else "completed"
+    item["error"] = call_error(code, text)
+    item["status"] = "completed" if code is None else "failed"
 
 
 def approval_responses(raw: Any) -> dict[str, bool]:

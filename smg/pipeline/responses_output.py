@@ -36,7 +36,7 @@ from smg.pipeline.choice import ChoiceState, OutputSpec
 from smg.pipeline.detokenize import DecodeFn
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.parsers.types import ParseDelta
-from smg.pipeline.responses_mcp import Rounds, call_result
+from smg.pipeline.responses_mcp import Rounds, call_error, call_result
 from smg.pipeline.responses_object import failure, response_object, usage_object
 from smg.pipeline.responses_request import ResponsesRequest
 
@@ -474,7 +474,7 @@ class ResponsesShaper:
         """This round's MCP calls end without being run."""
         for index in self.pending:
             item = self.items[index]
-            item["status"], item["error"] = status, why
+            item["status"], item["error"] = status, call_error("not_run", why)
             self._event("response.output_item.done", output_index=index, item=item)
         self.pending = []
 
@@ -484,14 +484,16 @@ class ResponsesShaper:
         response ends once its MCP calls have run."""
         return any(i["type"] in (_CALL, _APPROVAL) for i in self.items[self.first :])
 
-    def tool_results(self, outputs: Sequence[tuple[str, bool]], streaming: bool) -> list[bytes]:
-        """The outputs (text, failed) of the paused round's MCP calls, in order: each call's
-        item completed, and its events."""
+    def tool_results(
+        self, outputs: Sequence[tuple[str, str | None]], streaming: bool
+    ) -> list[bytes]:
+        """The outputs (text, error code or None) of the paused round's MCP calls, in order:
+        each call's item completed, and its events."""
         self._frames = frames = list[bytes]() if streaming else None
-        for index, (text, failed) in zip(self.pending, outputs, strict=True):
+        for index, (text, code) in zip(self.pending, outputs, strict=True):
             item = self.items[index]
-            call_result(item, text, failed)
-            kind = "failed" if failed else "completed"
+            call_result(item, text, code)
+            kind = "completed" if code is None else "failed"
             self._event(f"response.mcp_call.{kind}", item_id=item["id"], output_index=index)
             self._event("response.output_item.done", output_index=index, item=item)
         self.pending = []

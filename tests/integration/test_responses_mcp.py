@@ -163,11 +163,9 @@ def test_a_failing_tool_is_an_output_the_model_sees(setup: Setup) -> None:
     said = calls(("fail", {"message": "bad input"}))
     response = setup.client.responses.create(model=MODEL, input=said, tools=[FILES])
     call = response.output[1]
-    assert (call.type, call.status, call.error) == (
-        "mcp_call",
-        "failed",
-        "Error executing tool fail: boom: bad input",
-    )
+    said = "Error executing tool fail: boom: bad input"
+    assert (call.type, call.status, call.output) == ("mcp_call", "failed", said)
+    assert call.error is not None and call.error.type == "mcp_tool_execution_error"
     assert response.status == "completed"
     assert response.output_text == "The tool failed: bad input."
     assert setup.gw.metric(

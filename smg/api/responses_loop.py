@@ -48,14 +48,14 @@ from smg.metrics import Metrics
 from smg.pipeline.responses_items import input_messages
 from smg.pipeline.responses_mcp import (
     McpServerSpec,
-    Rounds,
     approval_responses,
     call_result,
     list_tools_item,
     offer,
 )
-from smg.pipeline.responses_output import ResponsesRenderer, ResponsesShaper
+from smg.pipeline.responses_output import ResponsesRenderer
 from smg.pipeline.responses_request import ResponsesRequest
+from smg.pipeline.responses_rounds import Rounds, RoundShaper
 
 DEFAULT_MAX_CALLS = 128  # MCP calls per response without max_tool_calls
 log = structlog.get_logger("smg.api")
@@ -154,7 +154,7 @@ class ToolLoop:
             given = offer(parsed.mcp, listed, (t["name"] for t in parsed.tools))
             max_calls = parsed.echo.get("max_tool_calls", DEFAULT_MAX_CALLS)
             rounds = Rounds(given, max_calls, self.max_iterations, items, unannounced=len(items))
-            render.rounds = rounds
+            render.loop = rounds.shaper
             stream = RoundStream() if parsed.stream else None
             if stream is not None:
                 rounds.open_stream = stream.open
@@ -165,7 +165,9 @@ class ToolLoop:
                 parsed, tools=(*parsed.tools, *offered), messages=messages
             )
             try:
-                return await self._rounds(request, earlier, render, serve_round, servers, stream)
+                return await self._rounds(
+                    request, earlier, rounds, render, serve_round, servers, stream
+                )
             finally:
                 if stream is not None:
                     with contextlib.suppress(ConnectionError):
@@ -175,25 +177,24 @@ class ToolLoop:
         self,
         request: ResponsesRequest,
         earlier: list[dict[str, Any]],
+        rounds: Rounds,
         render: ResponsesRenderer,
         serve_round: ServeRound,
         servers: Mapping[str, _Server],
         stream: RoundStream | None,
     ) -> web.StreamResponse:
-        rounds = render.rounds
-        assert rounds is not None
         streaming = stream is not None
         answer: web.StreamResponse | None = None
         while True:
             try:
                 answer = await serve_round(request)
             except ApiError as err:
-                shaper = render.made
+                shaper = _round(render)
                 if shaper is None or not shaper.paused:
                     raise  # nothing said yet: the client gets the error itself
                 await _write(stream, shaper.fail(err, streaming))
                 break
-            shaper = render.made
+            shaper = _round(render)
             assert shaper is not None
             if not shaper.paused:
                 break
@@ -211,7 +212,7 @@ class ToolLoop:
             request = dataclasses.replace(request, messages=messages, tool_choice="auto")
         if stream is not None:
             return stream
-        shaper = render.made
+        shaper = _round(render)
         assert shaper is not None and answer is not None
         headers = {k: v for k, v in answer.headers.items() if k.lower().startswith("x-")}
         return web.Response(
@@ -289,7 +290,7 @@ class ToolLoop:
 
     # --- calls ------------------------------------------------------------------------------------
     async def _run_calls(
-        self, shaper: ResponsesShaper, servers: Mapping[str, _Server]
+        self, shaper: RoundShaper, servers: Mapping[str, _Server]
     ) -> list[tuple[str, str | None]]:
         """The outputs (text, error code or None) of the paused round's MCP calls, run at once."""
         calls = [shaper.items[i] for i in shaper.pending]
@@ -325,6 +326,13 @@ class ToolLoop:
             shown = tool if server.spec.url is None else "any"
             self.metrics.mcp_calls.labels(name, shown, outcome).inc()
             self.metrics.mcp_duration.labels(name).observe(seconds)
+
+
+def _round(render: ResponsesRenderer) -> RoundShaper | None:
+    """The renderer of the round that ran last (None: no round has begun)."""
+    shaper = render.made
+    assert shaper is None or isinstance(shaper, RoundShaper)
+    return shaper
 
 
 def _as_items(raw: str | list[Any]) -> list[dict[str, Any]]:

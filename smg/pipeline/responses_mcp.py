@@ -19,7 +19,7 @@ adds to the output:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -271,40 +271,3 @@ def approval_responses(raw: Any) -> dict[str, bool]:
                 )
             out[req_id] = approve
     return out
-
-
-# --- what one response's rounds carry ------------------------------------------------------------
-@dataclass(slots=True)
-class Rounds:
-    """One response's state across the model rounds of its tool loop: each round's renderer
-    starts from it (output items so far, the event sequence, usage) and the loop updates it."""
-
-    offer: Offer
-    max_calls: int  # MCP calls the response may run (max_tool_calls)
-    max_iterations: int  # rounds that may end in MCP calls
-    items: list[dict[str, Any]]  # the output items so far (shared with the round's renderer)
-    unannounced: int = 0  # items at the front made before the first round (list_tools, ...)
-    seq: int = 0
-    begun: bool = False
-    calls: int = 0  # MCP calls run so far
-    iterations: int = 0  # rounds whose MCP calls were run
-    prompt_tokens: int = 0  # usage of the finished rounds
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-    # streaming: the one SSE body every round writes to (smg.flow.render.sse_response)
-    open_stream: Callable[[dict[str, str]], Any] | None = None
-
-    def over(self, pending: int) -> tuple[str, str] | None:
-        """(code, message) when running `pending` more calls would pass a limit."""
-        if self.iterations >= self.max_iterations:
-            return (
-                "tool_iterations_exceeded",
-                f"The model kept calling MCP tools past {self.max_iterations} rounds",
-            )
-        if self.calls + pending > self.max_calls:
-            return (
-                "max_tool_calls_exceeded",
-                f"The model asked for more than max_tool_calls ({self.max_calls}) MCP calls",
-            )
-        return None

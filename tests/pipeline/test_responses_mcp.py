@@ -20,9 +20,10 @@ from smg.mcp_client.outputs import McpTool
 from smg.pipeline.choice import OutputSpec
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.parser_choice import ParserChoice, tool_choice
-from smg.pipeline.responses_mcp import Offer, Rounds, echoed, offer, parse_mcp_tool
-from smg.pipeline.responses_output import ResponsesRenderer, ResponsesShaper
+from smg.pipeline.responses_mcp import Offer, echoed, offer, parse_mcp_tool
+from smg.pipeline.responses_output import ResponsesRenderer
 from smg.pipeline.responses_request import chat_body, parse_responses
+from smg.pipeline.responses_rounds import Rounds, RoundShaper
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
 MODEL = "Qwen3-8B"
@@ -96,7 +97,9 @@ def loop(max_calls: int = 5, approval: bool = False) -> tuple[ResponsesRenderer,
         chat, MODEL, "", chat["tools"], tool_choice(chat, chat["tools"]), "e1"
     )
     spec = OutputSpec("e1", MODEL, 1700000000, chat=True, parser=factory)
-    return ResponsesRenderer(req, "resp_ab", rounds), {"spec": spec}
+    render = ResponsesRenderer(req, "resp_ab")
+    render.loop = rounds.shaper
+    return render, {"spec": spec}
 
 
 def frames_of(frames: list[bytes]) -> list[dict[str, Any]]:
@@ -113,7 +116,7 @@ def frames_of(frames: list[bytes]) -> list[dict[str, Any]]:
     return out
 
 
-def run_round(s: ResponsesShaper, text: str, prompt: int, streaming: bool) -> list[bytes]:
+def run_round(s: RoundShaper, text: str, prompt: int, streaming: bool) -> list[bytes]:
     frames: list[bytes] = []
     for ev in events_for(text, prompt):
         if streaming:

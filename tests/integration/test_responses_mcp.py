@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import openai
 import pytest
 from support.listening import listening
+from support.responses_cases import WEATHER
 
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
@@ -39,6 +41,7 @@ SCRIPT = [
     {"when": "echo: again", "reply": '<tool_call>\n{"name": "echo", "arguments": {"text": '
      '"again"}}\n</tool_call>'},
     {"when": "<tool_response>\n42\n</tool_response>", "reply": "The sum is 42."},
+    {"when": "timed out", "reply": "The tool was too slow."},
 ]  # fmt: skip
 
 
@@ -73,7 +76,7 @@ def setup(
     config.write_text(
         "servers:\n"
         f"  - name: files\n    protocol: stdio\n    command: {sys.executable}\n"
-        f"    args: [{SERVER}, stdio]\n"
+        f"    args: [{SERVER}, stdio]\n    request_timeout_secs: 2\n"
         f"  - name: calc\n    protocol: streamable\n    url: {http_mcp}\n"
         "    request_timeout_secs: 5\n"
     )
@@ -212,3 +215,25 @@ def test_mcp_tools_the_gateway_cannot_serve_are_a_400(setup: Setup) -> None:
         )
     assert info.value.code == "mcp_server_not_found"
     assert info.value.param == "tools[0].server_label"
+
+
+def test_a_function_call_goes_to_the_client_after_the_mcp_calls_of_its_round_ran(
+    setup: Setup,
+) -> None:
+    said = calls(("echo", {"text": "ping"}), ("get_weather", {"city": "Oslo"}))
+    response = setup.client.responses.create(model=MODEL, input=said, tools=[WEATHER, FILES])
+    assert kinds(response) == ["mcp_list_tools", "mcp_call", "function_call"]
+    assert response.status == "completed" and response.output[1].output == "echo: ping"
+    call = response.output[2]
+    assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Oslo"})
+
+
+def test_a_tool_past_its_deadline_is_an_output_the_model_sees(setup: Setup) -> None:
+    said = calls(("nap", {"seconds": 30}))
+    started = time.monotonic()
+    response = setup.client.responses.create(model=MODEL, input=said, tools=[FILES])
+    assert time.monotonic() - started < 20  # the server's 2 s deadline, not the tool's 30 s
+    call = response.output[1]
+    assert (call.status, call.error.type) == ("failed", "mcp_protocol_error")  # type: ignore[union-attr]
+    assert "timed out" in (call.output or "")
+    assert response.output_text == "The tool was too slow."

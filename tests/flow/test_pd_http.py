@@ -21,6 +21,7 @@ from smg.flow.request import Kind, Request
 from smg.flow.runner import Pairing
 from smg.pipeline import pd
 from smg.pipeline.backends.http import HttpBackend, UpstreamError
+from smg.pipeline.output import openai_renderer
 from smg.pipeline.policies import RoundRobinPolicy, RouteRequest
 
 ROUTE = RouteRequest(text=None, routing_key=None, model="m")
@@ -302,7 +303,9 @@ def _serve(script: dict[str, Any]) -> tuple[Any, FakeBackend, list[WorkerSnapsho
     )
 
     async def run() -> Any:
-        return await asyncio.wait_for(routes.serve(request, req, ROUTE, tuple(workers)), 5.0)
+        return await asyncio.wait_for(
+            routes.serve(request, req, ROUTE, tuple(workers), openai_renderer), 5.0
+        )
 
     return run, backend, workers
 

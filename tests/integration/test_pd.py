@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import openai
 import pytest
@@ -169,7 +170,35 @@ def test_generate_runs_through_pd_over_http(launch: Launcher) -> None:
     assert prefill.stats()["completed"] == 2 and decode.stats()["completed"] == 2
 
 
-def test_responses_on_http_pd_pairs_is_refused_clearly(launch: Launcher) -> None:
-    gw, _, _ = _pd(launch)
-    resp = gw.request("POST", "/v1/responses", {"model": "sim-model", "input": "hi"})
-    assert_openai_error(resp, 501, "responses_http_pd_unsupported")
+def test_responses_run_through_http_pd_pairs(launch: Launcher) -> None:
+    """/v1/responses on a model served by HTTP PD pairs: both legs get the chat body with one
+    shared room, and the decode's chat answer is rendered as a Responses object, whole and
+    streamed alike; a second turn through previous_response_id carries the first along."""
+    gw, prefill, decode = _pd(launch)
+    with gw.client(timeout_s=20) as client:
+        args: dict[str, Any] = {"model": "sim-model", "input": "hello pd", "instructions": "Hi."}
+        whole = client.responses.create(**args)
+        assert whole.status == "completed" and whole.output_text.strip()
+        [msg] = whole.output
+        assert msg.type == "message" and msg.id.startswith("msg_")
+        assert whole.usage is not None and whole.usage.output_tokens > 0
+        with client.responses.stream(**args) as stream:
+            kinds = [event.type for event in stream]
+            streamed = stream.get_final_response()
+        assert kinds[:2] == ["response.created", "response.in_progress"]
+        assert kinds[-1] == "response.completed" and "response.output_text.delta" in kinds
+        assert streamed.output_text == whole.output_text  # the sim answers a prompt alike
+        assert streamed.usage == whole.usage
+
+        second = client.responses.create(
+            model="sim-model", input="and again", previous_response_id=whole.id
+        )
+        alone = client.responses.create(model="sim-model", input="and again", store=False)
+        assert second.previous_response_id == whole.id and second.status == "completed"
+        assert second.usage is not None and alone.usage is not None
+        assert second.usage.input_tokens > alone.usage.input_tokens  # the first turn came along
+        assert client.responses.retrieve(second.id).output_text == second.output_text
+
+    p_rooms, d_rooms = _rooms(prefill), _rooms(decode)
+    assert len(d_rooms) == 4 and p_rooms == d_rooms
+    assert prefill.stats()["completed"] == 4 and decode.stats()["completed"] == 4

@@ -124,6 +124,9 @@ class HttpPd:
                         out = await answer.answer(req.stream)
                     finally:
                         decode_success = answer.success
+                    if decode_success is False:  # a stream broke off, its failure events sent:
+                        detail = f"{pair.decode.url}: its chat answer broke off"
+                        raise LegFailed(pd.DECODE, detail)  # the prefill leg is cancelled
                 else:
                     try:
                         if req.stream and is_event_stream(resp):

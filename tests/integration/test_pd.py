@@ -204,9 +204,12 @@ def test_responses_run_through_http_pd_pairs(launch: Launcher) -> None:
     assert prefill.stats()["completed"] == 4 and decode.stats()["completed"] == 4
 
 
-def test_prefill_killed_mid_responses_stream_ends_it_as_failed(launch: Launcher) -> None:
-    """A rendered (Responses) stream under way whose prefill leg dies: the decode leg is
-    cancelled and the stream ends at once with the renderer's `response.failed`."""
+@pytest.mark.parametrize("killed", ["prefill", "decode"])
+def test_a_leg_killed_mid_responses_stream_ends_it_as_failed(launch: Launcher, killed: str) -> None:
+    """A rendered (Responses) stream under way (the decode talking, the prefill still busy)
+    whose prefill or decode worker dies: the stream ends at once with the renderer's
+    `response.failed`, and the other leg is cancelled (while the client's connection stays
+    open: its leaving is not what ends the other leg)."""
     prefill = launch.sim(role="prefill", bootstrap_port=BOOTSTRAP_PORT, first_token_ms=30_000)
     decode = launch.sim(role="decode", tokens_per_second=4)
     gw = launch.gateway(prefill=[(prefill, BOOTSTRAP_PORT)], decode=[decode])
@@ -214,9 +217,10 @@ def test_prefill_killed_mid_responses_stream_ends_it_as_failed(launch: Launcher)
     failed: list[Any] = []
     talking, finished = threading.Event(), threading.Event()
 
-    def call() -> None:
-        try:
-            with gw.client(timeout_s=20) as client:
+    with gw.client(timeout_s=20) as client:
+
+        def call() -> None:
+            try:
                 args: dict[str, Any] = {"model": "sim-model", "input": "hi", "stream": True}
                 for event in client.responses.create(**args, max_output_tokens=200):
                     kinds.append(event.type)
@@ -224,17 +228,20 @@ def test_prefill_killed_mid_responses_stream_ends_it_as_failed(launch: Launcher)
                         talking.set()
                     if event.type == "response.failed":
                         failed.append(event.response)
-        finally:
-            finished.set()
+            finally:
+                finished.set()
 
-    t = threading.Thread(target=call, daemon=True)
-    t.start()
-    assert talking.wait(10), "the decode leg's first words"
-    prefill.kill()
-    assert finished.wait(5), "the client hung after the prefill worker died"
-    t.join(1)
+        t = threading.Thread(target=call, daemon=True)
+        t.start()
+        assert talking.wait(10), "the decode leg's first words"
+        dead, other = (prefill, decode) if killed == "prefill" else (decode, prefill)
+        dead.kill()
+        assert finished.wait(5), f"the client hung after the {killed} worker died"
+        t.join(1)
+        wait_until(lambda: other.stats()["in_flight"] == 0, 5, "the other leg to be cancelled")
     assert kinds[-1] == "response.failed", kinds
     [response] = failed
     assert response.status == "failed" and response.error is not None
-    assert response.error.code == "server_error" and "prefill" in response.error.message
-    wait_until(lambda: decode.stats()["in_flight"] == 0, 5, "the decode leg to be cancelled")
+    assert response.error.code == "server_error"
+    if killed == "prefill":
+        assert "prefill" in response.error.message

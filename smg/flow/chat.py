@@ -33,7 +33,7 @@ from aiohttp import web
 
 from smg import errors
 from smg.flow.relay import UPSTREAM_FAILURES, is_event_stream, pump, upstream_failure
-from smg.flow.render import SSE_HEADERS, ChatRenderer, ChatRenderFactory, RenderFactory
+from smg.flow.render import ChatRenderer, ChatRenderFactory, RenderFactory, sse_response
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.chat_answer import (
     ChatAnswerError,
@@ -136,7 +136,7 @@ class ChatAnswer:
             self.success = True
             if stream:  # a stream asked, one document answered: the same events, at once
                 frames = renderer.chat_frames(step) + renderer.closing_frames()
-                resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self.headers})
+                resp = sse_response(renderer, self.headers)
                 try:
                     await resp.prepare(self.client)
                     self.ended = True
@@ -156,7 +156,7 @@ class ChatAnswer:
 
     async def _stream(self) -> web.StreamResponse:
         renderer, upstream = self.renderer, self.upstream
-        resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self.headers})
+        resp = sse_response(renderer, self.headers)
         backend = self.backend
         watch = backend.watch(upstream)
         reader = SseReader()

@@ -36,34 +36,42 @@ from smg.pipeline.choice import ChoiceState, OutputSpec
 from smg.pipeline.detokenize import DecodeFn
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.parsers.types import ParseDelta
+from smg.pipeline.responses_mcp import Rounds, call_error, call_result
 from smg.pipeline.responses_object import failure, response_object, usage_object
 from smg.pipeline.responses_request import ResponsesRequest
 
 _REASONING, _MESSAGE, _CALL = "reasoning", "message", "function_call"
-_PREFIX = {_REASONING: "rs_", _MESSAGE: "msg_", _CALL: "fc_"}
+_MCP, _APPROVAL, _LISTED = "mcp_call", "mcp_approval_request", "mcp_list_tools"
+_PREFIX = {
+    _REASONING: "rs_", _MESSAGE: "msg_", _CALL: "fc_", _MCP: "mcp_", _APPROVAL: "mcpr_",
+    _LISTED: "mcpl_",
+}  # fmt: skip
 
 
 class ResponsesRenderer:
     """The flow's render factory for one Responses request (`response_id`: `resp_…`)."""
 
-    __slots__ = ("made", "req", "response_id")
+    __slots__ = ("made", "req", "response_id", "rounds")
 
-    def __init__(self, req: ResponsesRequest, response_id: str) -> None:
+    def __init__(
+        self, req: ResponsesRequest, response_id: str, rounds: Rounds | None = None
+    ) -> None:
         self.req = req
         self.response_id = response_id
+        self.rounds = rounds  # a tool loop's state across model rounds
         self.made: ResponsesShaper | None = None  # the renderer of the attempt that answered
 
     def __call__(
         self, spec: OutputSpec, decode: DecodeFn, now: Callable[[], float]
     ) -> ResponsesShaper:
-        self.made = ResponsesShaper(self.req, self.response_id, spec, decode)
+        self.made = ResponsesShaper(self.req, self.response_id, spec, decode, self.rounds)
         return self.made
 
     def for_chat(self, created: int) -> ResponsesShaper:
         """HTTP mode: the shaper of a worker's chat answer (read back as `ChatStep`s: the worker
         has parsed the text already, so no detokenizer and no parser run here)."""
         spec = OutputSpec(self.response_id, self.req.model, created, chat=True)
-        self.made = ResponsesShaper(self.req, self.response_id, spec, _no_tokens)
+        self.made = ResponsesShaper(self.req, self.response_id, spec, _no_tokens, self.rounds)
         return self.made
 
 
@@ -73,20 +81,31 @@ def _no_tokens(ids: Sequence[int], skip_special_tokens: bool = True) -> str:
 
 class ResponsesShaper:
     def __init__(
-        self, req: ResponsesRequest, response_id: str, spec: OutputSpec, decode: DecodeFn
+        self,
+        req: ResponsesRequest,
+        response_id: str,
+        spec: OutputSpec,
+        decode: DecodeFn,
+        rounds: Rounds | None = None,
     ) -> None:
         self.req = req
         self.id = response_id
         self.spec = spec
         self.state = ChoiceState(0, decode, spec)
         self.error: str | None = None
-        self.items: list[dict[str, Any]] = []  # output items, open ones still growing
-        self.texts: list[list[str]] = []  # per item: its text (or arguments) so far
+        self.rounds = rounds
+        # output items (open ones still growing): a tool loop's earlier rounds' come first
+        self.items: list[dict[str, Any]] = [] if rounds is None else rounds.items
+        self.first = len(self.items)  # this round's first item
+        self.texts: list[list[str]] = [[] for _ in self.items]  # per item: its text so far
+        self.pending: list[int] = []  # this round's MCP calls, waiting for their outputs
+        self.paused = False  # this round ended in MCP calls the loop runs (no terminal event)
+        self.open_stream = None if rounds is None else rounds.open_stream
         self.open: int | None = None  # the item output goes to now
         self.calls: dict[int, int] = {}  # a parser's call index -> its output index
         self.held = ""  # whitespace not yet shown (no message opened for it alone)
-        self.seq = 0
-        self.begun = False
+        self.seq = 0 if rounds is None else rounds.seq
+        self.begun = False if rounds is None else rounds.begun
         self.ended = False
         self.prompt_tokens = 0
         self.cached_tokens = 0
@@ -126,6 +145,7 @@ class ResponsesShaper:
         self._frames = None
         self.ended = True
         self._close("incomplete")
+        self._unrun("incomplete", "The response was cancelled before the call was run")
         return self.response("cancelled", None)
 
     def collect(self, ev: EngineEvent) -> None:
@@ -243,19 +263,39 @@ class ResponsesShaper:
             if call.id is not None:
                 self.held = ""
                 self._close()
-                index = self._add(
-                    _CALL, {"call_id": call.id, "name": call.name or "", "arguments": ""}
-                )
-                self.calls[call.index] = index
+                self.calls[call.index] = self._add_call(call.id, call.name or "")
             index = self.calls.get(call.index, -1)
             if call.arguments and index >= 0:
                 self.texts[index].append(call.arguments)
+                kind = self.items[index]["type"]
+                if kind == _APPROVAL:
+                    continue  # said whole when it is done
                 self._event(
-                    "response.function_call_arguments.delta",
+                    "response.mcp_call_arguments.delta"
+                    if kind == _MCP
+                    else "response.function_call_arguments.delta",
                     item_id=self.items[index]["id"],
                     output_index=index,
                     delta=call.arguments,
                 )
+
+    def _add_call(self, call_id: str, name: str) -> int:
+        """A tool call's item: an `mcp_call` when the gateway runs it (an
+        `mcp_approval_request` when it waits for the client's approval), else a
+        `function_call` for the client."""
+        rounds = self.rounds
+        label = None if rounds is None else rounds.offer.owner.get(name)
+        if label is None:
+            return self._add(_CALL, {"call_id": call_id, "name": name, "arguments": ""})
+        assert rounds is not None
+        if name in rounds.offer.approval:
+            return self._add(_APPROVAL, {"server_label": label, "name": name, "arguments": ""})
+        fields = {"server_label": label, "name": name, "arguments": "", "output": None}
+        index = self._add(_MCP, {**fields, "error": None, "approval_request_id": None})
+        self._event(
+            "response.mcp_call.in_progress", item_id=self.items[index]["id"], output_index=index
+        )
+        return index
 
     def _open_kind(self) -> str | None:
         return None if self.open is None else self.items[self.open]["type"]
@@ -309,6 +349,21 @@ class ResponsesShaper:
         self.open = None
         item = self.items[index]
         item_id, text = item["id"], "".join(self.texts[index])
+        if item["type"] == _MCP:
+            item["arguments"] = text
+            self._event(
+                "response.mcp_call_arguments.done",
+                item_id=item_id,
+                output_index=index,
+                arguments=text,
+            )
+            self.pending.append(index)  # its output_item.done comes with its output
+            return
+        if item["type"] == _APPROVAL:
+            item["arguments"] = text
+            item.pop("status", None)
+            self._event("response.output_item.done", output_index=index, item=item)
+            return
         if item["type"] == _CALL:
             item["arguments"] = text
             self._event(
@@ -356,6 +411,29 @@ class ResponsesShaper:
         head = self.response("in_progress", None)
         self._event("response.created", response=head)
         self._event("response.in_progress", response=head)
+        for index in range(0 if self.rounds is None else self.rounds.unannounced):
+            self._announce(index)
+
+    def _announce(self, index: int) -> None:
+        """The events of an item made before the first round (a server's tool list, a call the
+        client approved), whole."""
+        item = self.items[index]
+        item_id, kind = item["id"], item["type"]
+        self._event("response.output_item.added", output_index=index, item=item)
+        if kind == _LISTED:
+            self._event("response.mcp_list_tools.in_progress", item_id=item_id, output_index=index)
+            done = "failed" if item.get("error") else "completed"
+            self._event(f"response.mcp_list_tools.{done}", item_id=item_id, output_index=index)
+        elif kind == _MCP:
+            self._event("response.mcp_call.in_progress", item_id=item_id, output_index=index)
+            self._event(
+                "response.mcp_call_arguments.done",
+                item_id=item_id,
+                output_index=index,
+                arguments=item["arguments"],
+            )
+            self._event(f"response.mcp_call.{item['status']}", item_id=item_id, output_index=index)
+        self._event("response.output_item.done", output_index=index, item=item)
 
     def _end(self) -> None:
         """The answer has ended: close what is open and send the terminal event (once)."""
@@ -371,10 +449,83 @@ class ResponsesShaper:
         cut = state.finish_reason == "length"
         self._close("incomplete" if cut else "completed")
         if self.error is not None:
+            self._unrun("incomplete", "The engine failed before the call was run")
             return  # the flow sends failure_frames (stream) or whole() answers failed
+        if self.pending and self.rounds is not None:
+            if cut:
+                self._unrun("incomplete", "The call was cut short by max_output_tokens")
+            else:
+                over = self.rounds.over(len(self.pending))
+                if over is None:
+                    self.paused = True  # the loop runs the calls, then goes on (or concludes)
+                    return
+                self._unrun("failed", over[1])
+                self.final = self.response(
+                    "failed", None, error={"code": over[0], "message": over[1]}
+                )
+                self._event("response.failed", response=self.final)
+                return
         self.final = self.response("incomplete" if cut else "completed", None)
         kind = "response.incomplete" if cut else "response.completed"
         self._event(kind, response=self.final)
+
+    # --- a tool loop's steps between rounds ------------------------------------------------------
+    def _unrun(self, status: str, why: str) -> None:
+        """This round's MCP calls end without being run."""
+        for index in self.pending:
+            item = self.items[index]
+            item["status"], item["error"] = status, call_error("not_run", why)
+            self._event("response.output_item.done", output_index=index, item=item)
+        self.pending = []
+
+    @property
+    def calls_for_client(self) -> bool:
+        """This round asked the client for something (a function call, an approval): the
+        response ends once its MCP calls have run."""
+        return any(i["type"] in (_CALL, _APPROVAL) for i in self.items[self.first :])
+
+    def tool_results(
+        self, outputs: Sequence[tuple[str, str | None]], streaming: bool
+    ) -> list[bytes]:
+        """The outputs (text, error code or None) of the paused round's MCP calls, in order:
+        each call's item completed, and its events."""
+        self._frames = frames = list[bytes]() if streaming else None
+        for index, (text, code) in zip(self.pending, outputs, strict=True):
+            item = self.items[index]
+            call_result(item, text, code)
+            kind = "completed" if code is None else "failed"
+            self._event(f"response.mcp_call.{kind}", item_id=item["id"], output_index=index)
+            self._event("response.output_item.done", output_index=index, item=item)
+        self.pending = []
+        return frames or []
+
+    def conclude(self, streaming: bool) -> list[bytes]:
+        """End a paused response (its calls have run; the client has calls to answer)."""
+        self._frames = frames = list[bytes]() if streaming else None
+        self.paused = False
+        self.final = self.response("completed", None)
+        self._event("response.completed", response=self.final)
+        return frames or []
+
+    def fail(self, err: ApiError, streaming: bool) -> list[bytes]:
+        """End the response as failed between rounds (the next round could not start)."""
+        self._frames = frames = list[bytes]() if streaming else None
+        self._unrun("incomplete", "The response failed before the call was run")
+        self.paused = False
+        self.ended = True
+        self.final = self.response("failed", err)
+        self._event("response.failed", response=self.final)
+        return frames or []
+
+    def carry(self) -> None:
+        """Hand this round's sequence and usage to the next round (the loop's state)."""
+        rounds = self.rounds
+        assert rounds is not None
+        rounds.seq, rounds.begun = self.seq, self.begun
+        rounds.prompt_tokens += self.prompt_tokens
+        rounds.cached_tokens += self.cached_tokens
+        rounds.completion_tokens += self.state.completion_tokens
+        rounds.reasoning_tokens += self.reasoning_tokens
 
     def _event(self, kind: str, **fields: Any) -> None:
         seq = self.seq
@@ -388,12 +539,21 @@ class ResponsesShaper:
 
     # --- the response object ---------------------------------------------------------------------
     def usage(self) -> dict[str, Any]:
+        r = self.rounds
+        if r is None:
+            return usage_object(
+                self.prompt_tokens, self.cached_tokens, self.state.completion_tokens,
+                self.reasoning_tokens,
+            )  # fmt: skip
         return usage_object(
-            self.prompt_tokens, self.cached_tokens, self.state.completion_tokens,
-            self.reasoning_tokens,
+            r.prompt_tokens + self.prompt_tokens, r.cached_tokens + self.cached_tokens,
+            r.completion_tokens + self.state.completion_tokens,
+            r.reasoning_tokens + self.reasoning_tokens,
         )  # fmt: skip
 
-    def response(self, status: str, err: ApiError | None) -> dict[str, Any]:
+    def response(
+        self, status: str, err: ApiError | None, error: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """OpenAI's `response` object as it stands (`status`: in_progress, completed, ...)."""
         return response_object(
             self.req,
@@ -402,7 +562,7 @@ class ResponsesShaper:
             status,
             [dict(item) for item in self.items] if status != "in_progress" else [],
             self.usage() if status != "in_progress" else None,
-            error=failure(err) if status == "failed" else None,
+            error=(error or failure(err)) if status == "failed" else None,
         )
 
 

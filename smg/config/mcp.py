@@ -19,6 +19,9 @@ Layout (crates/mcp/src/core/config.rs in the Rust gateway):
     pool: {max_connections: 100, idle_timeout: 300}
     inventory: {enable_refresh: true, tool_ttl: 300, refresh_interval: 60, refresh_on_error: true}
 
+String values may name environment variables: `token: ${SEARCH_TOKEN}`, `${VAR:-default}`
+(smg/config/env_expand.py); an unset one without a default stops the start, naming it.
+
 smg adds two per-server keys the Rust layout lacks: `connect_timeout_secs` (10, the Rust
 gateway's HTTP connect timeout) and `request_timeout_secs` (30: one tool call or listing; past it
 the call becomes an error output). Keys the Rust layout has but smg does not serve yet (`proxy`,
@@ -27,12 +30,14 @@ the call becomes an error output). Keys the Rust layout has but smg does not ser
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from smg.config.env_expand import expand_tree
 from smg.config.knobs import ConfigError, knob
 
 PROTOCOLS = ("stdio", "sse", "streamable")
@@ -93,17 +98,20 @@ class McpConfig:
         return next((s for s in self.servers if s.name == name), None)
 
 
-def load_mcp_config(path: str) -> McpConfig:
-    """Read and parse the file; an unreadable file is a ConfigError too."""
+def load_mcp_config(path: str, environ: Mapping[str, str] | None = None) -> McpConfig:
+    """Read and parse the file (`${VAR}` from `environ`, the process's environment by default);
+    an unreadable file is a ConfigError too."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as exc:
         raise ConfigError(f"--mcp-config-path {path}: cannot read ({exc.strerror})") from None
-    return parse_mcp_config(text)
+    return parse_mcp_config(text, os.environ if environ is None else environ)
 
 
-def parse_mcp_config(text: str) -> McpConfig:
+def parse_mcp_config(text: str, environ: Mapping[str, str] | None = None) -> McpConfig:
+    """Parse the file's text. String values may say `${VAR}` or `${VAR:-default}` (expanded from
+    `environ`, empty when None, before any check: a URL from a variable is checked as a URL)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -112,6 +120,7 @@ def parse_mcp_config(text: str) -> McpConfig:
         raise ConfigError(f"mcp config: not valid YAML{line}") from None
     if doc is None:
         doc = {}
+    doc = expand_tree(doc, {} if environ is None else environ, "mcp config: ")
     top = _mapping(doc, "mcp config")
     _known(top, ("servers", "pool", "inventory"), _NOT_YET, "mcp config")
     raw_servers = top.get("servers", [])

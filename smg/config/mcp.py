@@ -50,6 +50,8 @@ _SERVER_KEYS = {
     "streamable": (*_SERVER_COMMON, "url", "token", "headers"),
 }
 MAX_SERVERS = 256
+CONNECT_TIMEOUT_S = 10.0  # spawn/connect + MCP initialize handshake (the Rust HTTP connect)
+REQUEST_TIMEOUT_S = 30.0  # one tools/list or tools/call
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +72,8 @@ class McpServerConfig:
     token: str | None = field(default=None, repr=False)  # a secret: never in repr or errors
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     required: bool = False  # the Rust gateway: start fails when a required server is unreachable
-    connect_timeout_secs: float = 10.0  # spawn/connect + MCP initialize handshake
-    request_timeout_secs: float = 30.0  # one tools/list or tools/call
+    connect_timeout_secs: float = CONNECT_TIMEOUT_S
+    request_timeout_secs: float = REQUEST_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +150,8 @@ def _server(raw: Any, where: str) -> McpServerConfig:
         "name": name,
         "protocol": protocol,
         "required": _flag(m, "required", where, False),
-        "connect_timeout_secs": _seconds(m, "connect_timeout_secs", where, 10.0),
-        "request_timeout_secs": _seconds(m, "request_timeout_secs", where, 30.0),
+        "connect_timeout_secs": _seconds(m, "connect_timeout_secs", where, CONNECT_TIMEOUT_S),
+        "request_timeout_secs": _seconds(m, "request_timeout_secs", where, REQUEST_TIMEOUT_S),
     }
     if protocol == "stdio":
         args = m.get("args", [])

@@ -1,9 +1,11 @@
 """A real MCP server written with the official SDK's server side (`MCPServer`, FastMCP's 2.x
-name), for the pool's tests. Run: `python tests/mcp_client/mcp_servers.py stdio` or
-`python tests/mcp_client/mcp_servers.py streamable-http PORT`.
+name), for the pool's tests. Run: `python tests/mcp_client/mcp_servers.py stdio`,
+`python tests/mcp_client/mcp_servers.py streamable-http PORT` (at /mcp) or
+`python tests/mcp_client/mcp_servers.py sse PORT` (at /sse, messages at /messages/).
 
-Tools: `echo`, `add`, `fail` (raises ToolError), `crash` (raises ValueError), `nap` (sleeps),
-`grow` (adds the tool `grown` and sends `notifications/tools/list_changed`)."""
+Tools: `echo`, `add`, `fail` (raises ToolError), `crash` (raises ValueError), `big` (a long
+answer), `nap` (sleeps), `grow` (adds the tool `grown` and sends
+`notifications/tools/list_changed`)."""
 
 from __future__ import annotations
 
@@ -41,6 +43,12 @@ def crash() -> str:
 
 
 @server.tool()
+def big(chars: int) -> str:
+    """Answer `chars` characters."""
+    return "x" * chars
+
+
+@server.tool()
 async def nap(seconds: float) -> str:
     """Sleep, then answer."""
     await asyncio.sleep(seconds)
@@ -63,5 +71,7 @@ async def grow(ctx: Context) -> str:
 if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")
+    elif sys.argv[1] == "sse":
+        server.run("sse", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))

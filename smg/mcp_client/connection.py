@@ -56,6 +56,7 @@ class Connection:
         self.task: asyncio.Task[None] | None = None
         self.last_used = 0.0
         self.holders = 0
+        self.retired = False  # a request-level server whose block has exited: never reopened
 
     @property
     def name(self) -> str:
@@ -71,8 +72,8 @@ class Connection:
         if self.session is not None and not self.stop.is_set():
             return self.session
         if self.opening is None or self.opening.done():
-            if tg is None:
-                raise McpUnavailable(f"MCP server {self.name!r}: the pool is closed")
+            if tg is None or self.retired:
+                raise McpUnavailable(f"MCP server {self.name!r}: closed")
             if self.is_open:
                 self.stop.set()  # the old session is broken; let its task leave
             self.stop = asyncio.Event()

@@ -146,6 +146,11 @@ class McpPool:
         return tuple(self._conns)
 
     @property
+    def open_servers(self) -> tuple[str, ...]:
+        """The configured servers whose session is open now."""
+        return tuple(name for name, conn in self._conns.items() if conn.is_open)
+
+    @property
     def request_sessions(self) -> int:
         """Request-level servers in use now (each holds at most one session)."""
         return self._request_open
@@ -198,6 +203,7 @@ class McpPool:
         try:
             yield McpServer(self, conn)
         finally:
+            conn.retired = True
             try:
                 await conn.closed(CLOSE_TIMEOUT_S)
             finally:
@@ -231,6 +237,8 @@ class McpPool:
     async def _list(self, conn: Connection) -> tuple[McpTool, ...]:
         inv = self._cfg.inventory
         cache = conn.cache
+        if conn.retired:
+            raise McpUnavailable(f"MCP server {conn.name!r}: closed")
         if cache is not None and not cache.stale:
             fresh = self._clock.now() - cache.fetched_at < inv.tool_ttl_secs
             if fresh or not inv.enable_refresh:

@@ -4,7 +4,8 @@ name), for the pool's tests. Run: `python tests/mcp_client/mcp_servers.py stdio`
 `python tests/mcp_client/mcp_servers.py sse PORT` (at /sse, messages at /messages/).
 
 Tools: `echo`, `add`, `fail` (raises ToolError), `crash` (raises ValueError), `big` (a long
-answer), `nap` (sleeps), `grow` (adds the tool `grown` and sends
+answer), `nap` (sleeps), `whoami` (the
+request's auth headers), `grow` (adds the tool `grown` and sends
 `notifications/tools/list_changed`)."""
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ async def nap(seconds: float) -> str:
 def grown() -> str:
     """A tool that exists only after `grow`."""
     return "grown"
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:
+    """The Authorization and X-Tenant headers this call came with (HTTP transports)."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", {})
+    return f"{headers.get('authorization', 'none')} / {headers.get('x-tenant', 'none')}"
 
 
 @server.tool()

@@ -78,15 +78,19 @@ class McpServerConfig:
 
 @dataclass(frozen=True, slots=True)
 class McpPoolConfig:
-    max_connections: int = 100  # most servers connected at once
-    idle_timeout_secs: float = 300.0  # a connection unused this long is closed
+    # request-level servers (a request's `{"type": "mcp", "server_url": ...}` tool) with a
+    # session open at once, pool-wide; past it such a tool fails as unavailable
+    max_connections: int = 100
+    idle_timeout_secs: float = 300.0  # a configured server's session unused this long is closed
 
 
 @dataclass(frozen=True, slots=True)
 class McpInventoryConfig:
     enable_refresh: bool = True  # re-list a server's tools when its list is older than the TTL
     tool_ttl_secs: float = 300.0  # how long a cached tool list is trusted
-    refresh_interval_secs: float = 60.0  # background refresh period (the Rust default)
+    # parsed, not used yet: smg refreshes a list lazily (on use, past tool_ttl or list_changed),
+    # not on a background period as the Rust gateway does
+    refresh_interval_secs: float = 60.0
     refresh_on_error: bool = True  # a failed call drops the server's cached list
 
 

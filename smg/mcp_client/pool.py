@@ -226,7 +226,7 @@ class McpPool:
         required = [n for n in self._conns if n in failures and self._conns[n].cfg.required]
         for name in failures:
             if name not in required:
-                log.warning("mcp server unreachable at start", extra={"reason": failures[name]})
+                log.warning("mcp server unreachable at start (not required): %s", failures[name])
         if required:
             raise McpStartError(
                 "required MCP server unreachable at start: "

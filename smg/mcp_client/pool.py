@@ -67,7 +67,14 @@ from smg.mcp_client.outputs import (
 )
 from smg.mcp_client.server_url import InvalidServerUrl, parse_server_url
 
-__all__ = ["InvalidServerUrl", "McpPool", "McpServer", "McpStartError", "McpUnavailable"]
+__all__ = [
+    "InvalidServerUrl",
+    "McpPool",
+    "McpServer",
+    "McpStartError",
+    "McpUnavailable",
+    "check_mcp_servers",
+]
 
 DEFAULT_MAX_IN_FLIGHT = 32  # tool calls at once per server
 CLOSE_TIMEOUT_S = 5.0  # a request-level session's transport gets this long to close
@@ -116,7 +123,7 @@ class McpPool:
         self._max_output_chars = max_output_chars
         self._request_timeouts = (request_connect_timeout_s, request_timeout_s)
         self._conns = {s.name: Connection(s, max_in_flight) for s in cfg.servers}
-        self._request_open = 0
+        self._request_conns: set[Connection] = set()
         self._tg: asyncio.TaskGroup | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -133,13 +140,21 @@ class McpPool:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Close every session (each gets CLOSE_TIMEOUT_S, then is cancelled) and leave the
+        TaskGroup. The body's own exception goes on as it is, not wrapped in a group."""
+        tg, self._tg = self._tg, None
         if self._sweeper is not None:
             self._sweeper.cancel()
-        for conn in self._conns.values():
+        conns = [*self._conns.values(), *self._request_conns]
+        tasks = {c.task for c in conns if c.task is not None and not c.task.done()}
+        for conn in conns:
             conn.close()
-        tg, self._tg = self._tg, None
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
+            for task in late:
+                task.cancel()
         if tg is not None:
-            await tg.__aexit__(exc_type, exc, tb)
+            await tg.__aexit__(None, None, None)
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -153,7 +168,7 @@ class McpPool:
     @property
     def request_sessions(self) -> int:
         """Request-level servers in use now (each holds at most one session)."""
-        return self._request_open
+        return len(self._request_conns)
 
     def server(self, name: str) -> McpServer:
         conn = self._conns.get(name)
@@ -185,7 +200,7 @@ class McpPool:
         if self._tg is None:
             raise McpUnavailable(f"MCP server {label!r}: the pool is closed")
         limit = self._cfg.pool.max_connections
-        if self._request_open >= limit:
+        if len(self._request_conns) >= limit:
             raise McpUnavailable(
                 f"MCP server {label!r}: too many request-level MCP sessions open (at most {limit})"
             )
@@ -199,7 +214,7 @@ class McpPool:
             request_timeout_secs=request_s,
         )
         conn = Connection(cfg, self._max_in_flight)
-        self._request_open += 1
+        self._request_conns.add(conn)
         try:
             yield McpServer(self, conn)
         finally:
@@ -207,7 +222,7 @@ class McpPool:
             try:
                 await conn.closed(CLOSE_TIMEOUT_S)
             finally:
-                self._request_open -= 1
+                self._request_conns.discard(conn)
 
     async def check_required(self) -> None:
         """Try every configured server at once (open and list its tools): raise McpStartError
@@ -317,6 +332,14 @@ class McpPool:
                 if conn.is_open and conn.holders == 0 and now - conn.last_used >= idle_s:
                     log.info("mcp session idle: closed", extra={"server": conn.name})
                     conn.close()
+
+
+async def check_mcp_servers(cfg: McpConfig, clock: Clock) -> None:
+    """The start check on a pool of its own (opened for it, then closed): for a gateway that
+    holds no long-lived pool yet; one that does calls `pool.check_required()` instead."""
+    if cfg.servers:
+        async with McpPool(cfg, clock=clock) as pool:
+            await pool.check_required()
 
 
 async def _checked(label: str, origin: str, check_url: CheckUrl) -> None:

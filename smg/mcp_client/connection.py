@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from smg.config.mcp import McpServerConfig
+from smg.mcp_client.guarded_http import Resolve, guarded_client_factory
 from smg.mcp_client.outputs import McpTool
 
 log = logging.getLogger("smg.mcp_client")
@@ -46,8 +47,11 @@ class Connection:
     """A server's session and what is known of it: its cached tools, when it was last used and
     how many calls hold it now (an idle sweep closes only a session nobody holds)."""
 
-    def __init__(self, cfg: McpServerConfig, max_in_flight: int) -> None:
+    def __init__(
+        self, cfg: McpServerConfig, max_in_flight: int, resolve: Resolve | None = None
+    ) -> None:
         self.cfg = cfg
+        self.resolve = resolve  # given: every connect goes to the addresses it allows
         self.slots = asyncio.Semaphore(max_in_flight)
         self.session: ClientSession | None = None
         self.cache: ToolCache | None = None
@@ -106,7 +110,7 @@ class Connection:
     async def _run(self, ready: asyncio.Future[ClientSession]) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(transport(self.cfg))
+                read, write = await stack.enter_async_context(transport(self.cfg, self.resolve))
                 session = await stack.enter_async_context(
                     ClientSession(read, write, message_handler=self._on_message)
                 )
@@ -151,7 +155,9 @@ async def list_all(server: str, session: ClientSession) -> tuple[McpTool, ...]:
     raise McpUnavailable(f"MCP server {server!r}: more than {MAX_TOOLS_PAGES} pages of tools")
 
 
-def transport(cfg: McpServerConfig) -> contextlib.AbstractAsyncContextManager[Any]:
+def transport(
+    cfg: McpServerConfig, resolve: Resolve | None = None
+) -> contextlib.AbstractAsyncContextManager[Any]:
     if cfg.protocol == "stdio":
         assert cfg.command is not None
         params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=dict(cfg.envs))
@@ -160,9 +166,12 @@ def transport(cfg: McpServerConfig) -> contextlib.AbstractAsyncContextManager[An
     headers = dict(cfg.headers)
     if cfg.token:
         headers["Authorization"] = f"Bearer {cfg.token}"
+    factory = create_mcp_http_client if resolve is None else guarded_client_factory(resolve)
     if cfg.protocol == "sse":
-        return sse_client(cfg.url, headers=headers, timeout=cfg.connect_timeout_secs)
-    client = create_mcp_http_client(headers=headers)
+        return sse_client(
+            cfg.url, headers=headers, timeout=cfg.connect_timeout_secs, httpx_client_factory=factory
+        )
+    client = factory(headers=headers)
     return _owned_http(cfg.url, client)
 
 

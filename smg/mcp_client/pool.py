@@ -5,15 +5,17 @@ Every session lives in one task of the pool's TaskGroup (smg/mcp_client/connecti
 kinds are used through the same handle, `McpServer`:
 
 - `pool.server(name)`: a configured server (raises `McpUnavailable` for an unknown name);
-- `async with pool.request_server(label, url, headers, check_url=...) as server`: a server named
+- `async with pool.request_server(label, url, headers, guard=...) as server`: a server named
   only by URL (OpenAI's `{"type": "mcp", "server_url": ...}` tool). The URL is checked first
-  (`InvalidServerUrl`, a ValueError: the client's fault, a 400) and then by `check_url` (the
-  gateway's address policy, given the URL's origin: a ValueError it raises is an
-  `InvalidServerUrl` too). Its session opens on first use and closes when the block exits. At
-  most `pool.max_connections` of them are open at once, pool-wide; past it `McpUnavailable`.
-  Transport: a path containing `/sse` is SSE, else streamable HTTP; timeouts are the pool's
-  `request_connect_timeout_s` / `request_timeout_s`. Its headers (the client's tokens) appear in
-  no log and no error.
+  (`InvalidServerUrl`, a ValueError: the client's fault, a 400), then by `guard.check` (the
+  gateway's AddressGuard, given the URL's origin: a ValueError it raises is an
+  `InvalidServerUrl` too), and every connect of the session goes only to addresses
+  `guard.resolve` allows (DNS rebinding gets nowhere; smg/mcp_client/guarded_http.py).
+  `check_url=` alone (a check function, no connect-time guard) is accepted too. Its session
+  opens on first use and closes when the block exits. At most `pool.max_connections` of them
+  are open at once, pool-wide; past it `McpUnavailable`. Transport: a path containing `/sse` is
+  SSE, else streamable HTTP; timeouts are the pool's `request_connect_timeout_s` /
+  `request_timeout_s`. Its headers (the client's tokens) appear in no log and no error.
 
 On a handle:
 - `list_tools()`: the server's tools, cached; a cached list is reused until the server sends
@@ -38,7 +40,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from mcp.shared.exceptions import MCPError
 
@@ -54,6 +56,7 @@ from smg.mcp_client.connection import (
     list_all,
     log,
 )
+from smg.mcp_client.guarded_http import Resolve
 from smg.mcp_client.outputs import (
     DEFAULT_MAX_CHARS,
     PROTOCOL_ERROR,
@@ -73,6 +76,7 @@ __all__ = [
     "McpServer",
     "McpStartError",
     "McpUnavailable",
+    "UrlGuard",
     "check_mcp_servers",
 ]
 
@@ -80,6 +84,16 @@ DEFAULT_MAX_IN_FLIGHT = 32  # tool calls at once per server
 CLOSE_TIMEOUT_S = 5.0  # a request-level session's transport gets this long to close
 
 CheckUrl = Callable[[str], Awaitable[object]]
+
+
+class UrlGuard(Protocol):
+    """The gateway's address policy as the pool uses it (smg's AddressGuard is one): `check` a
+    URL before anything connects (a ValueError refuses it), `resolve` a host at every connect to
+    the addresses it allows (getaddrinfo tuples; an OSError when there are none)."""
+
+    async def check(self, url: str) -> object: ...
+
+    async def resolve(self, host: str, port: int) -> list[tuple[Any, ...]]: ...
 
 
 class McpStartError(ConfigError):
@@ -192,9 +206,12 @@ class McpPool:
         url: str,
         headers: Mapping[str, str],
         *,
+        guard: UrlGuard | None = None,
         check_url: CheckUrl | None = None,
     ) -> AsyncIterator[McpServer]:
         parsed = parse_server_url(label, url)
+        if guard is not None and check_url is None:
+            check_url = guard.check
         if check_url is not None:
             await _checked(label, parsed.origin, check_url)
         if self._tg is None:
@@ -213,7 +230,7 @@ class McpPool:
             connect_timeout_secs=connect_s,
             request_timeout_secs=request_s,
         )
-        conn = Connection(cfg, self._max_in_flight)
+        conn = Connection(cfg, self._max_in_flight, None if guard is None else _resolver(guard))
         self._request_conns.add(conn)
         try:
             yield McpServer(self, conn)
@@ -340,6 +357,13 @@ async def check_mcp_servers(cfg: McpConfig, clock: Clock) -> None:
     if cfg.servers:
         async with McpPool(cfg, clock=clock) as pool:
             await pool.check_required()
+
+
+def _resolver(guard: UrlGuard) -> Resolve:
+    async def resolve(host: str, port: int) -> list[str]:
+        return [str(info[4][0]) for info in await guard.resolve(host, port)]
+
+    return resolve
 
 
 async def _checked(label: str, origin: str, check_url: CheckUrl) -> None:

@@ -15,8 +15,15 @@ import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 
 server = MCPServer("smg-test")
+# the SDK's DNS-rebinding protection for a loopback server, plus the name the address-guard tests
+# resolve to loopback themselves (`mcp.test.invalid`, unknown to any DNS)
+SECURITY = TransportSecuritySettings(
+    allowed_hosts=["127.0.0.1:*", "localhost:*", "mcp.test.invalid:*"],
+    allowed_origins=["http://127.0.0.1:*", "http://localhost:*"],
+)
 
 
 @server.tool()
@@ -81,6 +88,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")
     elif sys.argv[1] == "sse":
-        server.run("sse", host="127.0.0.1", port=int(sys.argv[2]))
+        server.run("sse", host="127.0.0.1", port=int(sys.argv[2]), transport_security=SECURITY)
     else:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        port = int(sys.argv[2])
+        server.run("streamable-http", host="127.0.0.1", port=port, transport_security=SECURITY)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ from smg.config.mcp import McpConfig, McpPoolConfig, McpServerConfig
 from smg.core.worker_urls import AddressPolicy
 from smg.mcp_client.outputs import UNAVAILABLE
 from smg.mcp_client.pool import InvalidServerUrl, McpPool, McpServer, McpUnavailable
-from smg.pipeline.backends.address_guard import AddressGuard
+from smg.pipeline.backends.address_guard import AddressGuard, DeniedAddress
 
 from .spawn import free_port
 
@@ -94,7 +96,7 @@ async def test_the_address_policy_judges_the_url_before_any_connect(http_url: st
             assert (await server.call_tool("echo", {"text": "ok"})).text == "echo: ok"
         only_private = AddressGuard(AddressPolicy(allow=["10.0.0.0/8"]))
         with pytest.raises(InvalidServerUrl) as info:
-            async with pool.request_server("s", http_url, HEADERS, check_url=only_private.check):
+            async with pool.request_server("s", http_url, HEADERS, guard=only_private):
                 pytest.fail("a refused URL opened a block")
         text = str(info.value)
         assert text.startswith("MCP server 's': server_url is not allowed")
@@ -104,6 +106,40 @@ async def test_the_address_policy_judges_the_url_before_any_connect(http_url: st
             async with pool.request_server("s", metadata, {}, check_url=loopback_ok.check):
                 pass
         assert pool.request_sessions == 0
+
+
+async def test_every_connect_goes_where_the_guard_resolves(url: str) -> None:
+    """A name only the guard knows (`.invalid` never resolves in DNS) reaches the loopback
+    server: the session's connects ask the guard, not the system resolver."""
+
+    class PrivateDns(AddressGuard):
+        async def _getaddrinfo(self, host: str, port: int) -> list[tuple[Any, ...]]:
+            assert host == "mcp.test.invalid"
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    named = url.replace("127.0.0.1", "mcp.test.invalid")
+    async with McpPool(McpConfig(), clock=FakeClock()) as pool:
+        async with pool.request_server("s", named, HEADERS, guard=PrivateDns()) as server:
+            assert (await server.call_tool("whoami", {})).text.startswith("Bearer tok-SECRET")
+
+
+async def test_a_name_that_rebinds_to_a_denied_address_gets_nowhere(url: str) -> None:
+    """The URL passed its check (as a public name would), then resolves to loopback, which this
+    policy denies: the connect is refused, the server never sees the request."""
+
+    class Rebinding(AddressGuard):
+        async def check(self, url: str) -> None:
+            return None  # the first answer was a good one
+
+    guard = Rebinding(AddressPolicy(allow=["10.0.0.0/8"]))
+    with pytest.raises(DeniedAddress):
+        await guard.resolve("127.0.0.1", 80)  # what every connect of the session will meet
+    async with McpPool(McpConfig(), clock=FakeClock(), request_connect_timeout_s=5.0) as pool:
+        async with pool.request_server("s", url, HEADERS, guard=guard) as server:
+            with pytest.raises(McpUnavailable) as info:
+                await server.list_tools()
+            out = await server.call_tool("echo", {"text": "x"})
+        assert out.error == UNAVAILABLE and "SECRET" not in str(info.value) + out.text
 
 
 async def test_the_url_is_checked_for_shape_first() -> None:

@@ -8,7 +8,9 @@ verifies and sends SNI for the URL's host name (httpcore takes both from the ori
 
 `httpcore2` takes a network backend only through its connection pool; `httpx2`'s transport
 builds that pool itself, so the backend is put in place on it (`_network_backend`), checked at
-construction so an SDK that moves it fails loudly, not silently unguarded.
+construction so an SDK that moves it fails loudly, not silently unguarded. The client takes
+no proxy from the environment (`trust_env=False`: a proxy would make the connects the guard's
+blind spot); certificates still follow SSL_CERT_FILE (the transport's own setting).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ def guarded_client_factory(resolve: Resolve) -> Callable[..., httpx2.AsyncClient
             or httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
             auth=auth,
             transport=transport,
+            trust_env=False,  # no HTTP(S)_PROXY from the environment: it would bypass the guard
         )
 
     return factory

@@ -75,11 +75,11 @@ async def test_an_idle_session_is_closed_and_reopened_on_next_use(http_url: str)
         await clock.advance(45.0)
         assert pool.open_servers == ("remote",)  # not idle long enough
         # a call in flight holds its session, whatever the clock says
-        call = asyncio.create_task(pool.call_tool("remote", "nap", {"seconds": 0.5}))
+        call = asyncio.create_task(pool.call_tool("remote", "nap", {"seconds": 2.0}))
         await asyncio.sleep(0.2)
         await clock.advance(120.0)
         assert pool.open_servers == ("remote",)
-        assert (await call).text == "slept 0.5"
+        assert (await call).text == "slept 2.0"
         await clock.advance(61.0)
         for _ in range(100):  # the transport closes in real time
             if not pool.open_servers:

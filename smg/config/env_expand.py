@@ -1,9 +1,12 @@
-"""`${VAR}` and `${VAR:-default}` in config values, as the Rust gateway expands them in its MCP
-servers file (tokens, headers, URLs, envs). Pure: the environment is an argument.
+"""`${VAR}` and `${VAR:-default}` in config values: the MCP servers file's tokens, headers,
+URLs and envs can come from the environment (the Rust gateway's examples write
+`token: "${BRAVE_API_KEY}"`; its source, read 2026-11-27, has no expansion code, so the rules
+below are smg's, shell-like). Pure: the environment is an argument.
 
 - `${NAME}`: the variable's value; unset is an error naming the variable (never a value).
 - `${NAME:-default}`: the value, or `default` when the variable is unset or empty.
-- `$$` is a literal `$`; a `$` not followed by `{` or `$` stays as it is.
+- `$${` is a literal `${`; any other `$` stays as it is (a token with `$` or `$$` in it is
+  not changed).
 - The expansion is not recursive: a value holding `${...}` is used as it is.
 """
 
@@ -32,9 +35,9 @@ def expand_env(text: str, environ: Mapping[str, str], where: str) -> str:
             return "".join(out)
         out.append(text[i:j])
         nxt = text[j + 1 : j + 2]
-        if nxt == "$":
-            out.append("$")
-            i = j + 2
+        if text.startswith("$${", j):  # a literal `${`
+            out.append("${")
+            i = j + 3
             continue
         if nxt != "{":
             out.append("$")

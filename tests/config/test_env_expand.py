@@ -26,7 +26,8 @@ ENV = {"TOKEN": "tok-SECRET", "HOST": "mcp.example.com", "EMPTY": ""}
         ("${EMPTY}", ""),
         ("${TOKEN:-unused}", "tok-SECRET"),
         ("${MISSING:-a:-b}", "a:-b"),
-        ("cost: $5 and $$HOME", "cost: $5 and $HOME"),
+        ("cost: $5 and $$HOME", "cost: $5 and $$HOME"),  # tokens may hold `$`: unchanged
+        ("$${HOME} and $${X:-y}", "${HOME} and ${X:-y}"),  # `$${` is a literal `${`
         ("$", "$"),
         ("${HOST}$", "mcp.example.com$"),
     ],

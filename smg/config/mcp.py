@@ -79,7 +79,8 @@ class McpServerConfig:
 @dataclass(frozen=True, slots=True)
 class McpPoolConfig:
     # request-level servers (a request's `{"type": "mcp", "server_url": ...}` tool) with a
-    # session open at once, pool-wide; past it such a tool fails as unavailable
+    # session open at once, pool-wide; past it such a tool fails as unavailable (the Rust gateway
+    # keeps an LRU of that many dynamic-server connections; smg keeps none past its request)
     max_connections: int = 100
     idle_timeout_secs: float = 300.0  # a configured server's session unused this long is closed
 

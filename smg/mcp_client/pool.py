@@ -15,7 +15,9 @@ kinds are used through the same handle, `McpServer`:
   opens on first use and closes when the block exits. At most `pool.max_connections` of them
   are open at once, pool-wide; past it `McpUnavailable`. Transport: a path containing `/sse` is
   SSE, else streamable HTTP; timeouts are the pool's `request_connect_timeout_s` /
-  `request_timeout_s`. Its headers (the client's tokens) appear in no log and no error.
+  `request_timeout_s`. `authorization=` (OpenAI's field of that tool, as the Rust gateway takes
+  it) is sent as `Authorization: Bearer ...`. Its headers and token appear in no log and no
+  error.
 
 On a handle:
 - `list_tools()`: the server's tools, cached; a cached list is reused until the server sends
@@ -206,6 +208,7 @@ class McpPool:
         url: str,
         headers: Mapping[str, str],
         *,
+        authorization: str | None = None,
         guard: UrlGuard | None = None,
         check_url: CheckUrl | None = None,
     ) -> AsyncIterator[McpServer]:
@@ -226,6 +229,7 @@ class McpPool:
             label,
             parsed.protocol,
             url=parsed.url,
+            token=authorization or None,  # sent as `Authorization: Bearer ...`
             headers=tuple((str(k), str(v)) for k, v in headers.items()),
             connect_timeout_secs=connect_s,
             request_timeout_secs=request_s,

@@ -75,6 +75,8 @@ async def test_two_requests_naming_one_url_get_their_own_sessions(http_url: str)
 
         assert await asyncio.gather(use("a"), use("b")) == ["none / a", "none / b"]
         assert pool.request_sessions == 0
+        async with pool.request_server("s", http_url, {}, authorization="tok-B") as server:
+            assert (await server.call_tool("whoami", {})).text == "Bearer tok-B / none"
 
 
 async def test_at_most_max_connections_request_sessions_at_once(http_url: str) -> None:

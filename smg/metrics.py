@@ -145,6 +145,25 @@ class Metrics:
             ["worker", "kind", "to"],
             registry=r,
         )
+        self.mcp_calls = Counter(
+            "smg_mcp_tool_calls_total",
+            "MCP tool calls the Responses loop ran, by server, tool and outcome (ok or the "
+            "error code); a request-level server's calls count as server 'request', tool 'any'",
+            ["server", "tool", "outcome"],
+            registry=r,
+        )
+        self.mcp_duration = Histogram(
+            "smg_mcp_tool_call_duration_seconds",
+            "MCP tool call latency by server",
+            ["server"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.mcp_rounds = Counter(
+            "smg_mcp_loop_iterations_total",
+            "Model rounds of the Responses tool loop that ended in MCP calls",
+            registry=r,
+        )
         r.register(_WorkerCollector(snapshot, admission, tokenizers))
         self._req_children: dict[tuple[str, str], Any] = {}
         self._resp_children: dict[tuple[str, int, str], Any] = {}

@@ -36,11 +36,12 @@ import structlog
 from aiohttp import web
 
 from smg.api import requests as rq
+from smg.api.responses_loop import ToolLoop
 from smg.api.stored import json_response, list_query, new_id, page_response, stored, tenant_of
 from smg.errors import ApiError
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
-from smg.pipeline.responses_items import stored_items
+from smg.pipeline.responses_items import stored_items, unsupported
 from smg.pipeline.responses_object import response_object
 from smg.pipeline.responses_output import ResponsesRenderer
 from smg.pipeline.responses_request import (
@@ -71,10 +72,12 @@ class ResponsesRoutes:
         flow: Flow,
         storage: Storage,
         max_payload: int,
+        tools: ToolLoop | None = None,
         make_id: Callable[[str], str] = new_id,
     ) -> None:
         self.flow = flow
         self.storage = storage
+        self.tools = tools  # the MCP tool loop (None: MCP tools are refused)
         # responses being generated here: (tenant, id) -> (their handler's task, renderer);
         # bounded by the admission queue (one entry per admitted request)
         self.running: dict[tuple[str, str], tuple[asyncio.Task[Any], ResponsesRenderer]] = {}
@@ -101,6 +104,10 @@ class ResponsesRoutes:
                 "/v1/responses does not run on those in this gateway yet",
                 type="invalid_request_error",
             )
+        if parsed.mcp:
+            if self.tools is None:
+                raise unsupported("tools", "MCP tools are not served by this gateway")
+            self.tools.check(parsed)
         tenant = tenant_of(request)
         history: list[dict[str, Any]] = []
         if parsed.previous_response_id is not None:
@@ -109,25 +116,37 @@ class ResponsesRoutes:
         elif parsed.conversation is not None:
             history = await self._conversation(tenant, parsed.conversation)
             parsed = with_history(parsed, history)
-        chat = chat_body(parsed)
         response_id = self.make_id("resp_")
-        req = rq.flow_request(
-            request,
-            Kind.CHAT,
-            "/v1/chat/completions",
-            orjson.dumps(chat),
-            chat,
-            parsed.model,
-            sampling,
-            "resp_",
-        )
         render = ResponsesRenderer(parsed, response_id)
+        rounds = 0
+
+        async def serve_round(this: ResponsesRequest) -> web.StreamResponse:
+            nonlocal rounds
+            chat = chat_body(this)
+            req = rq.flow_request(
+                request,
+                Kind.CHAT,
+                "/v1/chat/completions",
+                orjson.dumps(chat),
+                chat,
+                parsed.model,
+                sampling,
+                "resp_",
+            )
+            if rounds:  # a tool loop's later round: a request of its own for the engine
+                req = req._replace(engine_id=f"{req.engine_id}-{rounds}")
+            rounds += 1
+            return await self.flow.serve(req, render, request)
+
         task = asyncio.current_task()
         assert task is not None
         key = (tenant, response_id)
         self.running[key] = (task, render)
         try:
-            answer = await self.flow.serve(req, render, request)
+            if self.tools is not None and parsed.mcp:
+                answer = await self.tools.answer(parsed, history, render, serve_round)
+            else:
+                answer = await serve_round(parsed)
         finally:
             self.running.pop(key, None)
         final = render.made.final if render.made is not None else {}

@@ -40,6 +40,7 @@ from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
+from smg.api.responses_loop import ToolLoop
 from smg.api.responses_routes import ResponsesRoutes
 from smg.app.actors import CoreActors
 from smg.app.flow import build_flow
@@ -66,7 +67,7 @@ from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.flow.admission import Admission
 from smg.flow.inflight import InFlight
 from smg.flow.serve import Flow
-from smg.mcp_client.pool import check_mcp_servers
+from smg.mcp_client.pool import McpPool, check_mcp_servers
 from smg.metrics import Metrics
 from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend
@@ -102,10 +103,11 @@ class Gateway:
         self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
         check_limits(cfg.limits)
         check_storage(cfg.storage)  # e.g. --history-backend postgres without --postgres-db-url
-        # an unreadable or malformed MCP servers file stops the start (the MCP tool loop that
-        # uses it is not wired yet: issue 12)
+        # an unreadable or malformed MCP servers file stops the start
         path = cfg.mcp.mcp_config_path
         self.mcp_config: McpConfig = load_mcp_config(path) if path else McpConfig()
+        if cfg.mcp.mcp_max_iterations < 1:
+            raise ConfigError("--mcp-max-iterations must be at least 1")
         self.clock: Clock = clock or LoopClock()
         self.auth = AuthGate.from_config(cfg, self.clock.now)  # a bad auth flag fails here too
         self.rng = rng or random.Random()
@@ -187,7 +189,7 @@ class Gateway:
             rng=self.rng,
         )
 
-    def build_app(self, flow: Flow, history: Storage) -> web.Application:
+    def build_app(self, flow: Flow, history: Storage, mcp: McpPool) -> web.Application:
         srv = self.cfg.server
         app = web.Application(
             client_max_size=srv.max_payload_size,
@@ -201,7 +203,12 @@ class Gateway:
         self.auth.install(app)
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
-        ResponsesRoutes(flow=flow, storage=history, max_payload=srv.max_payload_size).install(app)
+        tools = ToolLoop(
+            pool=mcp, metrics=self.metrics, max_iterations=self.cfg.mcp.mcp_max_iterations
+        )
+        ResponsesRoutes(
+            flow=flow, storage=history, max_payload=srv.max_payload_size, tools=tools
+        ).install(app)
         ConversationsRoutes(storage=history, max_payload=srv.max_payload_size).install(app)
         AdminRoutes(
             registry_cell=self.registry_cell,
@@ -246,7 +253,9 @@ class Gateway:
                 await self.mesh.start(core, registry, self.registry_cell, self.events)
                 await self._register_startup_workers()
                 try:
-                    await self._serve(self.build_flow(backend), history, stop)
+                    # the MCP servers' sessions (opened on first use) live as long as serving
+                    async with McpPool(self.mcp_config, clock=self.clock) as mcp:
+                        await self._serve(self.build_flow(backend), history, mcp, stop)
                 finally:
                     await self.engines.close()
 
@@ -271,10 +280,10 @@ class Gateway:
         for msg in startup_workers(self.cfg):
             await registry.ask(msg, 10.0)  # the mesh hears of it as an event
 
-    async def _serve(self, flow: Flow, history: Storage, stop: asyncio.Event) -> None:
+    async def _serve(self, flow: Flow, history: Storage, mcp: McpPool, stop: asyncio.Event) -> None:
         cfg = self.cfg
         web_runner = web.AppRunner(
-            self.build_app(flow, history),
+            self.build_app(flow, history, mcp),
             access_log=None,
             handler_cancellation=True,
             keepalive_timeout=cfg.limits.keepalive_timeout_secs,

@@ -59,6 +59,11 @@ class McpFlagsConfig:
     mcp_config_path: str | None = knob(
         None, "MCP servers file (YAML, the Rust gateway's layout); read and checked at start."
     )
+    mcp_max_iterations: int = knob(
+        10,
+        "Model rounds that may end in MCP tool calls per response (the Rust gateway's loop "
+        "limit); past it the response fails with tool_iterations_exceeded.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

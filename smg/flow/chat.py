@@ -27,7 +27,7 @@ from aiohttp import web
 
 from smg import errors
 from smg.flow.relay import UPSTREAM_FAILURES, HttpRelay, is_event_stream, pump, upstream_failure
-from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS, ChatRenderer
+from smg.flow.render import ROUTED_WORKER_HEADER, ChatRenderer, sse_response
 from smg.flow.runner import Attempt
 from smg.pipeline.chat_answer import (
     ChatAnswerError,
@@ -104,7 +104,7 @@ class ChatAnswer:
             success = True
             if stream:  # a stream asked, one document answered: the same events, at once
                 frames = renderer.chat_frames(step) + renderer.closing_frames()
-                resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._headers()})
+                resp = sse_response(renderer, self._headers())
                 try:
                     await resp.prepare(self.client)
                     await resp.write_eof(b"".join(frames))
@@ -124,7 +124,7 @@ class ChatAnswer:
 
     async def _stream(self) -> web.StreamResponse:
         attempt, renderer = self.attempt, self.renderer
-        resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self._headers()})
+        resp = sse_response(renderer, self._headers())
         backend = self.relay.backend
         watch = backend.watch(attempt.response)
         reader = SseReader()

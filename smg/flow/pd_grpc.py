@@ -45,7 +45,6 @@ from smg.flow.prepare import Prepared
 from smg.flow.render import (
     PREFILL_WORKER_HEADER,
     ROUTED_WORKER_HEADER,
-    SSE_HEADERS,
     Renderer,
     RenderFactory,
 )
@@ -153,7 +152,7 @@ class _Answer:
         self, engine: EngineStream, renderer: Renderer, stream: bool, engine_id: str
     ) -> None:
         if stream:
-            self.resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **self.headers})
+            self.resp = render.sse_response(renderer, self.headers)
             await render.stream(self.client, self.resp, engine, renderer, engine_id, self.finish)
             self.out = self.resp
             return

@@ -83,6 +83,17 @@ class ChatRenderFactory(Protocol):
     def for_chat(self, created: int) -> ChatRenderer: ...
 
 
+def sse_response(renderer: object, headers: dict[str, str]) -> web.StreamResponse:
+    """The response a stream is written to: a new SSE response, or the one the renderer's
+    `open_stream` gives (a Responses tool loop: every model round of one response writes to one
+    body, see smg.api.responses_loop)."""
+    opener = getattr(renderer, "open_stream", None)
+    if opener is not None:
+        resp: web.StreamResponse = opener(headers)
+        return resp
+    return web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+
+
 def engine_failure(renderer: Renderer, client_id: str | None, engine_id: str) -> ApiError:
     """The client's error for an engine that failed mid-answer; what it said goes to the log."""
     log.warning("engine_failed", request_id=client_id, engine_id=engine_id, error=renderer.error)

@@ -24,7 +24,7 @@ from smg.core.snapshots import WorkerSnapshot
 from smg.flow import chat, render
 from smg.flow.prepare import Prepared
 from smg.flow.relay import HttpRelay
-from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS, ChatRenderFactory, RenderFactory
+from smg.flow.render import ROUTED_WORKER_HEADER, ChatRenderFactory, RenderFactory
 from smg.flow.request import Request
 from smg.flow.runner import Attempt, Runner
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
@@ -96,6 +96,6 @@ class SingleWorker:
 
         if not req.stream:
             return await render.whole(attempt.response, renderer, headers, req.engine_id, finish)
-        resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+        resp = render.sse_response(renderer, headers)
         await render.stream(client, resp, attempt.response, renderer, req.engine_id, finish)
         return resp

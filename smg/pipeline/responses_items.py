@@ -8,7 +8,10 @@ Input items → chat messages (`input_messages`):
 * `function_call` items: an assistant message's `tool_calls` (consecutive calls share one
   message, as a model that called several tools at once said them);
 * `function_call_output` items: `tool` messages;
-* `reasoning` items: the `reasoning_content` of the assistant turn that follows them.
+* `reasoning` items: the `reasoning_content` of the assistant turn that follows them;
+* `mcp_call` items (a tool the gateway ran): a tool call and its output, as the two above;
+  `mcp_list_tools`, `mcp_approval_request` and `mcp_approval_response` items say nothing to the
+  model (the approved call comes back as an `mcp_call`).
 
 A stored response keeps its input as items in OpenAI's listed shape (`stored_items`): each with
 an `id` and a `type`, a message's content as a list of parts. A chain
@@ -26,7 +29,9 @@ from smg.errors import ApiError
 
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "refusal"})
+_SILENT = frozenset({"mcp_list_tools", "mcp_approval_request", "mcp_approval_response"})
 _ID_PREFIX = {
+    "mcp_approval_response": "mcpa_",
     "message": "msg_",
     "function_call": "fc_",
     "function_call_output": "fco_",
@@ -84,7 +89,7 @@ def input_messages(raw: Any, instructions: str | None) -> tuple[dict[str, Any], 
                 msg["reasoning_content"] = "".join(reasoning)
                 reasoning = []
             out.append(msg)
-        elif kind == "function_call":
+        elif kind == "function_call" or kind == "mcp_call":
             call = _function_call(item, where)
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant" and not reasoning:
@@ -97,6 +102,12 @@ def input_messages(raw: Any, instructions: str | None) -> tuple[dict[str, Any], 
                     msg["reasoning_content"] = "".join(reasoning)
                     reasoning = []
                 out.append(msg)
+            if kind == "mcp_call":
+                output = item.get("output")
+                said = output if isinstance(output, str) else "(no output)"
+                out.append({"role": "tool", "tool_call_id": call["id"], "content": said})
+        elif kind in _SILENT:
+            continue
         elif kind == "function_call_output":
             call_id = _str(item, "call_id", where)
             output = _text(item.get("output"), f"{where}.output")
@@ -158,8 +169,9 @@ def _parts_text(parts: list[Any], where: str) -> str:
 
 
 def _function_call(item: dict[str, Any], where: str) -> dict[str, Any]:
+    key = "id" if item.get("type") == "mcp_call" else "call_id"
     return {
-        "id": _str(item, "call_id", where),
+        "id": _str(item, key, where),
         "type": "function",
         "function": {
             "name": _str(item, "name", where),

@@ -61,7 +61,7 @@ def response_object(
         "temperature": 1.0 if req.temperature is None else req.temperature,
         "text": {"format": req.text_format},
         "tool_choice": req.tool_choice,
-        "tools": list(req.tools),
+        "tools": list(req.echo_tools),
         "top_p": 1.0 if req.top_p is None else req.top_p,
         "truncation": "disabled",
         "usage": usage,

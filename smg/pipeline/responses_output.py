@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -39,31 +39,43 @@ from smg.pipeline.parsers.types import ParseDelta
 from smg.pipeline.responses_object import failure, response_object, usage_object
 from smg.pipeline.responses_request import ResponsesRequest
 
-_REASONING, _MESSAGE, _CALL = "reasoning", "message", "function_call"
-_PREFIX = {_REASONING: "rs_", _MESSAGE: "msg_", _CALL: "fc_"}
+REASONING, MESSAGE, CALL = "reasoning", "message", "function_call"
+PREFIX = {REASONING: "rs_", MESSAGE: "msg_", CALL: "fc_"}  # an item's id: prefix, base, index
+
+
+class ShaperFactory(Protocol):
+    def __call__(
+        self, req: ResponsesRequest, response_id: str, spec: OutputSpec, decode: DecodeFn
+    ) -> ResponsesShaper: ...
 
 
 class ResponsesRenderer:
     """The flow's render factory for one Responses request (`response_id`: `resp_…`)."""
 
-    __slots__ = ("made", "req", "response_id")
+    __slots__ = ("loop", "made", "req", "response_id")
 
     def __init__(self, req: ResponsesRequest, response_id: str) -> None:
         self.req = req
         self.response_id = response_id
+        # a tool loop's renderers, one per model round (smg.pipeline.responses_rounds)
+        self.loop: ShaperFactory | None = None
         self.made: ResponsesShaper | None = None  # the renderer of the attempt that answered
 
     def __call__(
         self, spec: OutputSpec, decode: DecodeFn, now: Callable[[], float]
     ) -> ResponsesShaper:
-        self.made = ResponsesShaper(self.req, self.response_id, spec, decode)
+        self.made = self._shaper(spec, decode)
         return self.made
+
+    def _shaper(self, spec: OutputSpec, decode: DecodeFn) -> ResponsesShaper:
+        make = ResponsesShaper if self.loop is None else self.loop
+        return make(self.req, self.response_id, spec, decode)
 
     def for_chat(self, created: int) -> ResponsesShaper:
         """HTTP mode: the shaper of a worker's chat answer (read back as `ChatStep`s: the worker
         has parsed the text already, so no detokenizer and no parser run here)."""
         spec = OutputSpec(self.response_id, self.req.model, created, chat=True)
-        self.made = ResponsesShaper(self.req, self.response_id, spec, _no_tokens)
+        self.made = self._shaper(spec, _no_tokens)
         return self.made
 
 
@@ -72,6 +84,8 @@ def _no_tokens(ids: Sequence[int], skip_special_tokens: bool = True) -> str:
 
 
 class ResponsesShaper:
+    prefixes = PREFIX  # item kind -> id prefix
+
     def __init__(
         self, req: ResponsesRequest, response_id: str, spec: OutputSpec, decode: DecodeFn
     ) -> None:
@@ -126,6 +140,7 @@ class ResponsesShaper:
         self._frames = None
         self.ended = True
         self._close("incomplete")
+        self._unfinished("incomplete", "The response was cancelled before the call was run")
         return self.response("cancelled", None)
 
     def collect(self, ev: EngineEvent) -> None:
@@ -224,38 +239,60 @@ class ResponsesShaper:
         )
         thought = len(delta.reasoning_text)
         if not said:
-            return tokens if thought or self._open_kind() == _REASONING else 0
+            return tokens if thought or self._open_kind() == REASONING else 0
         return round(tokens * thought / (thought + said))
 
     def _apply(self, delta: ParseDelta) -> None:
         if delta.reasoning_text:
-            index = self._ensure(_REASONING)
+            index = self._ensure(REASONING)
             self._grow(index, delta.reasoning_text, "response.reasoning_text.delta")
         if delta.normal_text:
             text = self.held + delta.normal_text
-            if self._open_kind() != _MESSAGE and not text.strip():
+            if self._open_kind() != MESSAGE and not text.strip():
                 self.held = text
             else:
                 self.held = ""
-                index = self._ensure(_MESSAGE)
+                index = self._ensure(MESSAGE)
                 self._grow(index, text, "response.output_text.delta")
         for call in delta.calls:
             if call.id is not None:
                 self.held = ""
                 self._close()
-                index = self._add(
-                    _CALL, {"call_id": call.id, "name": call.name or "", "arguments": ""}
-                )
-                self.calls[call.index] = index
+                self.calls[call.index] = self._add_call(call.id, call.name or "")
             index = self.calls.get(call.index, -1)
             if call.arguments and index >= 0:
                 self.texts[index].append(call.arguments)
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=self.items[index]["id"],
-                    output_index=index,
-                    delta=call.arguments,
-                )
+                event = self._arguments_event(self.items[index]["type"])
+                if event is not None:
+                    self._event(
+                        event,
+                        item_id=self.items[index]["id"],
+                        output_index=index,
+                        delta=call.arguments,
+                    )
+
+    # --- what a tool loop's renderer changes (smg.pipeline.responses_rounds) ---------------------
+    def _add_call(self, call_id: str, name: str) -> int:
+        """A tool call's item: a `function_call` for the client."""
+        return self._add(CALL, {"call_id": call_id, "name": name, "arguments": ""})
+
+    def _arguments_event(self, kind: str) -> str | None:
+        """The event a call's arguments stream as (None: said whole when it is done)."""
+        return "response.function_call_arguments.delta"
+
+    def _close_other(self, index: int, text: str) -> bool:
+        """Finish an item of a kind this class does not know (True: done)."""
+        return False
+
+    def _announce_first(self) -> None:
+        """Events of items made before the first token (after `response.in_progress`)."""
+
+    def _unfinished(self, status: str, why: str) -> None:
+        """The answer ends early (`status` incomplete or failed, `why`): items left open."""
+
+    def _pause(self) -> bool:
+        """True when the answer must not end the response yet (its terminal event is not sent)."""
+        return False
 
     def _open_kind(self) -> str | None:
         return None if self.open is None else self.items[self.open]["type"]
@@ -264,11 +301,11 @@ class ResponsesShaper:
         if self.open is not None and self.items[self.open]["type"] == kind:
             return self.open
         self._close()
-        if kind == _REASONING:
-            index = self._add(_REASONING, {"summary": []})
+        if kind == REASONING:
+            index = self._add(REASONING, {"summary": []})
             part: dict[str, Any] = {"type": "reasoning_text", "text": ""}
         else:
-            index = self._add(_MESSAGE, {"role": "assistant", "content": []})
+            index = self._add(MESSAGE, {"role": "assistant", "content": []})
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         self._event(
             "response.content_part.added",
@@ -281,7 +318,7 @@ class ResponsesShaper:
 
     def _add(self, kind: str, fields: dict[str, Any]) -> int:
         index = len(self.items)
-        item = {"id": f"{_PREFIX[kind]}{self._base}{index:02x}", "type": kind, **fields}
+        item = {"id": f"{self.prefixes[kind]}{self._base}{index:02x}", "type": kind, **fields}
         item["status"] = "in_progress"
         self.items.append(item)
         self.texts.append([])
@@ -309,7 +346,9 @@ class ResponsesShaper:
         self.open = None
         item = self.items[index]
         item_id, text = item["id"], "".join(self.texts[index])
-        if item["type"] == _CALL:
+        if self._close_other(index, text):
+            return
+        if item["type"] == CALL:
             item["arguments"] = text
             self._event(
                 "response.function_call_arguments.done",
@@ -319,7 +358,7 @@ class ResponsesShaper:
                 arguments=text,
             )
         else:
-            if item["type"] == _REASONING:
+            if item["type"] == REASONING:
                 part: dict[str, Any] = {"type": "reasoning_text", "text": text}
                 self._event(
                     "response.reasoning_text.done",
@@ -356,6 +395,7 @@ class ResponsesShaper:
         head = self.response("in_progress", None)
         self._event("response.created", response=head)
         self._event("response.in_progress", response=head)
+        self._announce_first()
 
     def _end(self) -> None:
         """The answer has ended: close what is open and send the terminal event (once)."""
@@ -371,7 +411,12 @@ class ResponsesShaper:
         cut = state.finish_reason == "length"
         self._close("incomplete" if cut else "completed")
         if self.error is not None:
+            self._unfinished("incomplete", "The engine failed before the call was run")
             return  # the flow sends failure_frames (stream) or whole() answers failed
+        if cut:
+            self._unfinished("incomplete", "The call was cut short by max_output_tokens")
+        elif self._pause():
+            return
         self.final = self.response("incomplete" if cut else "completed", None)
         kind = "response.incomplete" if cut else "response.completed"
         self._event(kind, response=self.final)
@@ -393,7 +438,9 @@ class ResponsesShaper:
             self.reasoning_tokens,
         )  # fmt: skip
 
-    def response(self, status: str, err: ApiError | None) -> dict[str, Any]:
+    def response(
+        self, status: str, err: ApiError | None, error: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """OpenAI's `response` object as it stands (`status`: in_progress, completed, ...)."""
         return response_object(
             self.req,
@@ -402,7 +449,7 @@ class ResponsesShaper:
             status,
             [dict(item) for item in self.items] if status != "in_progress" else [],
             self.usage() if status != "in_progress" else None,
-            error=failure(err) if status == "failed" else None,
+            error=(error or failure(err)) if status == "failed" else None,
         )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from smg import errors
 from smg.errors import ApiError
 from smg.pipeline.responses_items import input_messages, unsupported
+from smg.pipeline.responses_mcp import MAX_MCP_SERVERS, McpServerSpec, echoed, parse_mcp_tool
 
 # every field of OpenAI's ResponseCreateParams; what smg does not do yet is refused by name
 KNOWN_FIELDS = frozenset(
@@ -49,6 +50,8 @@ class ResponsesRequest:
     conversation: str | None  # the id of the conversation it continues (and appends to)
     instructions: str | None
     tools: tuple[dict[str, Any], ...]  # Responses function tools, as the client sent them
+    mcp: tuple[McpServerSpec, ...]  # MCP tools (servers) the gateway runs for the model
+    echo_tools: tuple[dict[str, Any], ...]  # every tool, as the response object shows them
     tool_choice: str | dict[str, Any]
     parallel_tool_calls: bool
     max_output_tokens: int | None
@@ -85,7 +88,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
     if "input" not in body:
         raise errors.missing_field("input")
     messages = input_messages(body["input"], instructions)
-    tools = _tools(body.get("tools"))
+    tools, mcp, echo_tools = _tools(body.get("tools"))
     background = _flag(body, "background", False)
     if background:
         raise unsupported("background", "background responses are not supported yet")
@@ -126,7 +129,9 @@ def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
         conversation=conversation,
         instructions=instructions,
         tools=tools,
-        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        mcp=mcp,
+        echo_tools=echo_tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools, bool(mcp)),
         parallel_tool_calls=_flag(body, "parallel_tool_calls", True),
         max_output_tokens=_max_output_tokens(body.get("max_output_tokens")),
         temperature=_number(body, "temperature"),
@@ -189,17 +194,35 @@ def chat_body(req: ResponsesRequest) -> dict[str, Any]:
 
 
 # --- other fields --------------------------------------------------------------------------------
-def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
+_Tools = tuple[dict[str, Any], ...]
+
+
+def _tools(raw: Any) -> tuple[_Tools, tuple[McpServerSpec, ...], _Tools]:
+    """(function tools, MCP servers, every tool as echoed)."""
     if raw is None:
-        return ()
+        return (), (), ()
     if not isinstance(raw, list):
         raise errors.invalid_type("'tools' must be an array", param="tools")
     tools: list[dict[str, Any]] = []
+    mcp: list[McpServerSpec] = []
+    echo: list[dict[str, Any]] = []
     for i, tool in enumerate(raw):
         where = f"tools[{i}]"
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind == "mcp":
-            raise unsupported(where, "MCP tools are not supported by this gateway yet")
+            assert isinstance(tool, dict)
+            spec = parse_mcp_tool(tool, where)
+            if any(m.label == spec.label for m in mcp):
+                raise errors.invalid_value(
+                    f"{where}.server_label {spec.label!r} is given twice", param=where
+                )
+            if len(mcp) == MAX_MCP_SERVERS:
+                raise errors.invalid_value(
+                    f"at most {MAX_MCP_SERVERS} MCP tools per request", param="tools"
+                )
+            mcp.append(spec)
+            echo.append(echoed(tool))
+            continue
         if kind != "function":
             raise unsupported(where, f"tools of type {kind!r} are not supported; use 'function'")
         assert isinstance(tool, dict)
@@ -210,14 +233,15 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
         if params is not None and not isinstance(params, dict):
             raise errors.invalid_type(f"{where}.parameters must be an object", param=where)
         tools.append(tool)
-    return tuple(tools)
+        echo.append(tool)
+    return tuple(tools), tuple(mcp), tuple(echo)
 
 
-def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...]) -> str | dict[str, Any]:
+def _tool_choice(raw: Any, tools: tuple[dict[str, Any], ...], mcp: bool) -> str | dict[str, Any]:
     if raw is None:
         return "auto"
     if raw in ("none", "auto", "required"):
-        if raw == "required" and not tools:
+        if raw == "required" and not tools and not mcp:
             raise errors.invalid_value("tool_choice 'required' needs tools", param="tool_choice")
         assert isinstance(raw, str)
         return raw

@@ -124,8 +124,7 @@ def test_a_second_turn_carries_the_call_and_its_output(setup: Setup) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "code", "param"),
     [
-        ({"tools": [{"type": "mcp", "server_label": "x", "server_url": "http://x"}]},
-         "unsupported_parameter", "tools[0]"),
+        ({"tools": [{"type": "web_search"}]}, "unsupported_parameter", "tools[0]"),
         ({"extra_body": {"frobnicate": 1}}, "unknown_parameter", "frobnicate"),
         ({"temperature": 5}, "decimal_above_max_value", "temperature"),
         ({"input": []}, "empty_array", "input"),

@@ -11,9 +11,10 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from support.listening import listening
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -61,27 +62,14 @@ def redis_server() -> Iterator[str]:
     """A running redis-server on a free loopback port; yields its URL."""
     tmp = tempfile.mkdtemp(prefix="smg-redis-")
     port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", tmp],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    argv = [
+        "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "no", "--dir", tmp,
+    ]  # fmt: skip
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start (exit {proc.poll()})")
-            time.sleep(0.02)
-        yield f"redis://127.0.0.1:{port}/0"
+        with listening(argv, port, STARTUP_TIMEOUT_S):
+            yield f"redis://127.0.0.1:{port}/0"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

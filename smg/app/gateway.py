@@ -67,7 +67,7 @@ from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.flow.admission import Admission
 from smg.flow.inflight import InFlight
 from smg.flow.serve import Flow
-from smg.mcp_client.pool import McpPool
+from smg.mcp_client.pool import McpPool, check_mcp_servers
 from smg.metrics import Metrics
 from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend
@@ -224,6 +224,7 @@ class Gateway:
     # --- lifespan --------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         await check_startup_names(self.cfg, self.url_guard)
+        await check_mcp_servers(self.mcp_config, self.clock)  # a required one down stops the start
         history = await self._open_history()
         try:
             await self._run(history, stop)

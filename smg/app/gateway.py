@@ -204,7 +204,10 @@ class Gateway:
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         tools = ToolLoop(
-            pool=mcp, metrics=self.metrics, max_iterations=self.cfg.mcp.mcp_max_iterations
+            pool=mcp,
+            metrics=self.metrics,
+            max_iterations=self.cfg.mcp.mcp_max_iterations,
+            guard=self.url_guard,
         )
         ResponsesRoutes(
             flow=flow, storage=history, max_payload=srv.max_payload_size, tools=tools

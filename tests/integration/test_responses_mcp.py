@@ -42,6 +42,7 @@ SCRIPT = [
      '"again"}}\n</tool_call>'},
     {"when": "<tool_response>\n42\n</tool_response>", "reply": "The sum is 42."},
     {"when": "timed out", "reply": "The tool was too slow."},
+    {"when": "Bearer sesame / acme", "reply": "The server knew us."},
 ]  # fmt: skip
 
 
@@ -263,3 +264,32 @@ def test_the_loop_in_http_mode(module_launch: Launcher, files: tuple[Path, Path]
         assert [i.output for i in response.output[2:4]] == ["echo: ping", "42"]
         assert response.output_text == "The echo said ping and the sum is 42."
     assert types.count("response.mcp_call.completed") == 2 and types[-1] == "response.completed"
+
+
+def test_a_server_given_by_url_serves_this_request_with_its_headers(
+    setup: Setup, http_mcp: str
+) -> None:
+    remote = {
+        "type": "mcp", "server_label": "remote", "server_url": http_mcp,
+        "headers": {"X-Tenant": "acme"}, "authorization": "sesame",
+    }  # fmt: skip
+    response = setup.client.responses.create(
+        model=MODEL, input=calls(("whoami", {})), tools=[remote]
+    )
+    assert kinds(response) == ["mcp_list_tools", "mcp_call", "message"]
+    assert response.output[1].output == "Bearer sesame / acme"  # the headers reached it
+    assert response.output_text == "The server knew us."
+    shown = response.tools[0].model_dump()
+    assert shown["headers"] is None and "sesame" not in str(shown)  # never echoed back
+    assert setup.gw.metric("smg_mcp_tool_calls_total", server="request", tool="any", outcome="ok")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://169.254.169.254/mcp", "http://user:pw@127.0.0.1:1/mcp", "ftp://127.0.0.1/x"]
+)
+def test_a_server_url_the_gateway_refuses_is_a_400(setup: Setup, url: str) -> None:
+    tool = {"type": "mcp", "server_label": "remote", "server_url": url}
+    with pytest.raises(openai.BadRequestError) as info:
+        setup.client.responses.create(model=MODEL, input="hi", tools=[tool])
+    assert info.value.param == "tools[0].server_url"
+    assert "pw" not in str(info.value.body)

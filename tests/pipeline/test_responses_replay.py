@@ -3,40 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 import pytest
 from support.responses_cases import QWEN_REPLY
+from support.responses_replay import merged
 
 from smg.pipeline.responses_replay import after, frame, replay_events
 
 from .test_responses_output import EVENTS, events_for, shaper, stream
-
-DELTAS = (
-    "response.output_text.delta",
-    "response.reasoning_text.delta",
-    "response.function_call_arguments.delta",
-)
-
-
-def merged(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A stream's events with each item's deltas joined into one, renumbered."""
-    out: list[dict[str, Any]] = []
-    for event in events:
-        event = {k: v for k, v in event.items() if k != "sequence_number"}
-        last = out[-1] if out else None
-        if (
-            event["type"] in DELTAS
-            and last is not None
-            and last["type"] == event["type"]
-            and last["item_id"] == event["item_id"]
-        ):
-            last["delta"] += event["delta"]
-            continue
-        out.append(event)
-    return [{**e, "sequence_number": n} for n, e in enumerate(out)]
-
 
 @pytest.mark.parametrize("chunk", [1, 3, 50])
 def test_a_replay_equals_the_live_stream_of_reasoning_text_and_a_call(chunk: int) -> None:

@@ -12,6 +12,7 @@ from smg.pipeline.responses_replay import after, frame, replay_events
 
 from .test_responses_output import EVENTS, events_for, shaper, stream
 
+
 @pytest.mark.parametrize("chunk", [1, 3, 50])
 def test_a_replay_equals_the_live_stream_of_reasoning_text_and_a_call(chunk: int) -> None:
     live = stream(shaper(tools=True, model="Qwen3-8B"), events_for(QWEN_REPLY, chunk))

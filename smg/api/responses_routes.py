@@ -37,6 +37,7 @@ read back and rendered as the same items and events (smg.flow.chat).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -220,6 +221,12 @@ class ResponsesRoutes:
             try:
                 await self.flow.serve(req, job.render, request)
                 final = _final(job)
+            except asyncio.CancelledError:
+                if not job.cancelled:  # the gateway stops: what it had is kept as cancelled
+                    with contextlib.suppress(StorageError, TimeoutError):
+                        stopped = self._store(tenant, parsed, items, _cancelled(job))
+                        await asyncio.wait_for(stopped, CANCEL_WAIT_S)
+                raise
             except ApiError as err:
                 made = job.render.made
                 final = (
@@ -241,19 +248,15 @@ class ResponsesRoutes:
             return json_response(queued)
         return await sse(request, job.events.follow(-1))
 
-    async def _cancel_background(self, tenant: str, response_id: str, job: Job) -> dict[str, Any]:
+    async def _cancel_background(self, tenant: str, job: Job) -> dict[str, Any]:
         """End a running background response: its engine work is aborted, the response as it
         stood is stored as `cancelled` and returned."""
         job.cancelled = True
         if job.task is not None:
             job.task.cancel()
             await asyncio.wait({job.task}, timeout=CANCEL_WAIT_S)
-        render = job.render
-        if render.made is not None:
-            body = render.made.cancelled()
-        else:  # not prepared yet: nothing said
-            body = response_object(render.req, response_id, int(time.time()), "cancelled", [], None)
-        await stored(self._store(tenant, render.req, job.items, body))
+        body = _cancelled(job)
+        await stored(self._store(tenant, job.render.req, job.items, body))
         return body
 
     async def _conversation(self, tenant: str, conversation_id: str) -> list[dict[str, Any]]:
@@ -336,7 +339,7 @@ class ResponsesRoutes:
         tenant, response_id = tenant_of(request), request.match_info["id"]
         job = self.background.jobs.get((tenant, response_id)) if self.background else None
         if job is not None:
-            return json_response(await self._cancel_background(tenant, response_id, job))
+            return json_response(await self._cancel_background(tenant, job))
         running = self.running.pop((tenant, response_id), None)
         if running is not None:
             task, render = running
@@ -427,6 +430,15 @@ def _final(job: Job) -> dict[str, Any]:
     if made.final:
         return made.final
     return made.response("failed", None)  # the engine failed mid-stream
+
+
+def _cancelled(job: Job) -> dict[str, Any]:
+    """A background response as it stands, cancelled."""
+    render = job.render
+    if render.made is not None:
+        return render.made.cancelled()
+    now = int(time.time())  # not prepared yet: nothing said
+    return response_object(render.req, render.response_id, now, "cancelled", [], None)
 
 
 def _starting_after(raw: str | None) -> int | None:

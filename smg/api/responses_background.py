@@ -176,7 +176,8 @@ class Background:
             finally:
                 self._tg = None
                 for job in list(self.jobs.values()):
-                    if job.task is not None:
+                    # (one cancelled already, by the drain, is storing how it ended: let it)
+                    if job.task is not None and not job.task.cancelling():
                         job.task.cancel()
 
     def check(self) -> None:

@@ -4,12 +4,16 @@ stream=True, starting_after=...)`, `responses.cancel(id)`) -> gateway (gRPC mode
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from support.responses_cases import WEATHER
 from support.responses_replay import merged
+
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 from .conftest import Launcher, wait_until
 from .test_responses import MODEL, SLOW, THINK_AND_CALL, Setup, comparable, setup, slow_gateway
@@ -121,3 +125,29 @@ def test_a_running_background_response_is_followed_live_and_cancelled(launch: La
         assert replay[-1]["type"] == "response.output_item.done"  # no terminal event
         text = "".join(e["delta"] for e in replay if e["type"] == "response.output_text.delta")
         assert text == cancelled.output_text
+
+
+def test_a_stopping_gateway_stores_its_running_background_responses(
+    launch: Launcher, tmp_path: Path
+) -> None:
+    engine = launch.engine(SLOW, "vllm", chunk_tokens=1, decode_ms_per_token=50)
+    flags: dict[str, Any] = {
+        "history_backend": "sqlite",
+        "sqlite_path": tmp_path / "history.db",
+        "shutdown_grace_period_secs": 1,
+        "tokenizer_path": qwen3_tokenizer_dir(),
+    }
+    gw = launch.gateway([engine], **flags)
+    with gw.client(timeout_s=20.0) as client:
+        rid = client.responses.create(
+            model=SLOW, input="SIM_REPLY: " + "word " * 200, background=True
+        ).id
+        wait_until(lambda: engine.stats()["in_flight"] == 1, 10.0, "the engine call to start")
+    gw.proc.signal(signal.SIGTERM)
+    assert gw.proc.popen.wait(15) == 0
+    wait_until(lambda: engine.stats()["in_flight"] == 0, 5.0, "the engine call to end")
+    again = launch.gateway([engine], **flags)
+    with again.client(timeout_s=20.0) as client:
+        stopped = client.responses.retrieve(rid)
+    assert stopped.status == "cancelled", stopped.status
+    assert stopped.output_text.startswith("word")

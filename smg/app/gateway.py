@@ -128,7 +128,8 @@ class Gateway:
             clock=self.clock,
         )
         self.loads: SnapshotCell[LoadBoard] = SnapshotCell(LoadBoard())
-        self.background = Background()  # background responses: run while serving (_serve)
+        # background responses: run while serving (_serve)
+        self.background = Background(cfg.storage.max_background_responses)
         self.events = EventBus()  # worker lifecycle and mesh imports, between the actors
         self.policy, self.cache_index = routing_policy(
             cfg.routing, self.rng, self.clock.now, self.loads

@@ -16,7 +16,7 @@ from support.responses_replay import merged
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 from .conftest import Launcher, wait_until
-from .test_responses import MODEL, SLOW, THINK_AND_CALL, Setup, comparable, setup, slow_gateway
+from .test_responses import MODEL, SLOW, THINK_AND_CALL, Setup, comparable, setup
 
 __all__ = ["setup"]  # the module-scoped gateway fixture, shared with test_responses
 
@@ -94,12 +94,15 @@ def test_bad_background_and_replay_requests_are_400_or_404(setup: Setup) -> None
 
 
 def test_a_running_background_response_is_followed_live_and_cancelled(launch: Launcher) -> None:
-    engine, gw = slow_gateway(launch)
+    engine = launch.engine(SLOW, "vllm", chunk_tokens=1, decode_ms_per_token=50)
+    gw = launch.gateway([engine], tokenizer_path=qwen3_tokenizer_dir(), max_background_responses=1)
+    slow: dict[str, Any] = {"model": SLOW, "input": "SIM_REPLY: " + "word " * 200}
     with gw.client(timeout_s=20.0) as client:
-        queued = client.responses.create(
-            model=SLOW, input="SIM_REPLY: " + "word " * 200, background=True
-        )
+        queued = client.responses.create(background=True, **slow)
         rid = queued.id
+        with pytest.raises(openai.RateLimitError) as info:  # one at a time here
+            client.responses.create(background=True, **slow)
+        assert info.value.code == "too_many_background_responses"
         wait_until(lambda: engine.stats()["in_flight"] == 1, 10.0, "the engine call to start")
         assert client.responses.retrieve(rid).status == "in_progress"
         followed: list[dict[str, Any]] = []
@@ -125,6 +128,8 @@ def test_a_running_background_response_is_followed_live_and_cancelled(launch: La
         assert replay[-1]["type"] == "response.output_item.done"  # no terminal event
         text = "".join(e["delta"] for e in replay if e["type"] == "response.output_text.delta")
         assert text == cancelled.output_text
+        next_one = client.responses.create(background=True, **slow)  # room again
+        assert client.responses.cancel(next_one.id).status == "cancelled"
 
 
 def test_a_stopping_gateway_stores_its_running_background_responses(

@@ -156,3 +156,19 @@ def test_a_stopping_gateway_stores_its_running_background_responses(
         stopped = client.responses.retrieve(rid)
     assert stopped.status == "cancelled", stopped.status
     assert stopped.output_text.startswith("word")
+
+
+def test_a_background_turn_of_a_conversation_and_a_chain_from_it(setup: Setup) -> None:
+    conv = setup.client.conversations.create()
+    first = setup.client.responses.create(
+        model=MODEL, input="SIM_REPLY: First.", conversation=conv.id, background=True
+    )
+    assert finished(setup.client, first.id).output_text == "First."
+    items = setup.client.conversations.items.list(conv.id, order="asc").data
+    assert [i.type for i in items] == ["message", "message"]
+    assert items[1].model_dump()["content"][0]["text"] == "First."
+    second = setup.client.responses.create(
+        model=MODEL, input="SIM_REPLY: Second.", previous_response_id=first.id, background=True
+    )
+    done = finished(setup.client, second.id)
+    assert done.output_text == "Second." and done.previous_response_id == first.id

@@ -8,6 +8,8 @@ import pytest
 from support.responses_cases import QWEN_REPLY
 from support.responses_replay import merged
 
+from smg.errors import ApiError
+from smg.pipeline.engine_types import Finished, TokenDelta
 from smg.pipeline.responses_replay import after, frame, replay_events
 
 from .test_responses_output import EVENTS, events_for, shaper, stream
@@ -51,3 +53,13 @@ def test_a_frame_is_what_a_live_stream_writes() -> None:
     assert head == b"event: response.created"
     assert orjson.loads(data.removeprefix(b"data: ")) == event
     assert frame(event).endswith(b"\n\n")
+
+
+def test_a_replay_of_a_failed_response_equals_its_live_stream() -> None:
+    s = shaper()
+    frames = s.on_event(TokenDelta(0, [ord("H"), ord("i")], 7, 2))
+    frames += s.on_event(Finished(0, "error", 7, 2, error="engine exploded"))
+    frames += s.failure_frames(ApiError(502, "engine_error", "The engine failed"))
+    live = [orjson.loads(f.split(b"data: ", 1)[1]) for f in frames]
+    assert live[-1]["type"] == "response.failed"
+    assert replay_events(live[-1]["response"]) == merged(live)

@@ -21,10 +21,11 @@ request id and the response id) and the response is simply not found later.
 
 Background (`"background": true`, which needs `store`): the response is stored as `queued` and
 answered at once (or, with `stream`, its events are sent as they come; leaving does not stop it);
-it runs in the gateway's task group (smg.api.responses_background: at most 64 at once, else 429
-`too_many_background_responses`), through the same flow and admission, stored `in_progress`
-then as it ended. MCP tools are not run in the background yet (400). `POST .../cancel` of a
-running one aborts its engine work and stores and returns it `cancelled`.
+it runs in the gateway's task group (smg.api.responses_background; at most
+`--max-background-responses` at once, else 429 `too_many_background_responses`), through the
+same flow and admission, stored `in_progress` then as it ended. MCP tools are not run in the
+background yet (400). `POST .../cancel` of a running one aborts its engine work and stores and
+returns it `cancelled`.
 
 Replay, `GET /v1/responses/{id}?stream=true` (`starting_after`: only later sequence numbers):
 a background response running here is followed live from its bounded event log; any other is

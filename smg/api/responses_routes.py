@@ -19,6 +19,18 @@ request id and the response id) and the response is simply not found later.
 `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}` and `GET /v1/responses/{id}/input_items`
 (`after`, `limit`, `order`) read storage only.
 
+Background (`"background": true`, which needs `store`): the response is stored as `queued` and
+answered at once (or, with `stream`, its events are sent as they come; leaving does not stop it);
+it runs in the gateway's task group (smg.api.responses_background; at most
+`--max-background-responses` at once, else 429 `too_many_background_responses`), through the
+same flow and admission, stored `in_progress` then as it ended. MCP tools are not run in the
+background yet (400). `POST .../cancel` of a running one aborts its engine work and stores and
+returns it `cancelled`.
+
+Replay, `GET /v1/responses/{id}?stream=true` (`starting_after`: only later sequence numbers):
+a background response running here is followed live from its bounded event log; any other is
+re-derived from the stored response object (smg.pipeline.responses_replay: one delta per item).
+
 HTTP mode: the same chat body goes to an HTTP worker's /v1/chat/completions and its answer is
 read back and rendered as the same items and events (smg.flow.chat).
 """
@@ -26,6 +38,8 @@ read back and rendered as the same items and events (smg.flow.chat).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,14 +49,17 @@ import structlog
 from aiohttp import web
 
 from smg.api import requests as rq
+from smg.api.responses_background import Background, Job, sse
 from smg.api.responses_loop import ToolLoop
 from smg.api.stored import json_response, list_query, new_id, page_response, stored, tenant_of
 from smg.errors import ApiError
-from smg.flow.request import Kind
+from smg.flow.request import Kind, Request
 from smg.flow.serve import Flow
+from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.responses_items import stored_items, unsupported
-from smg.pipeline.responses_object import response_object
+from smg.pipeline.responses_object import failure, response_object
 from smg.pipeline.responses_output import ResponsesRenderer
+from smg.pipeline.responses_replay import after, frame, replay_events
 from smg.pipeline.responses_request import (
     ResponsesRequest,
     chat_body,
@@ -60,6 +77,7 @@ from smg.storage import (
 )
 
 MAX_CONVERSATION_ITEMS = 10_000  # items a conversation's history is read back with, at most
+CANCEL_WAIT_S = 10.0  # a cancelled background response's task, waited for before storing
 MAX_CHAIN = 256  # responses a previous_response_id chain may go back (a bound on the rebuild)
 log = structlog.get_logger("smg.api")
 
@@ -73,9 +91,12 @@ class ResponsesRoutes:
         max_payload: int,
         tools: ToolLoop | None = None,
         make_id: Callable[[str], str] = new_id,
+        background: Background | None = None,
     ) -> None:
         self.flow = flow
         self.storage = storage
+        # background responses (smg.api.responses_background); None: refused
+        self.background = background
         self.tools = tools  # the MCP tool loop (None: MCP tools are refused)
         # responses being generated here: (tenant, id) -> (their handler's task, renderer);
         # bounded by the admission queue (one entry per admitted request)
@@ -108,23 +129,15 @@ class ResponsesRoutes:
         elif parsed.conversation is not None:
             history = await self._conversation(tenant, parsed.conversation)
             parsed = with_history(parsed, history)
+        if parsed.background:
+            return await self._start_background(request, tenant, parsed, history, sampling)
         response_id = self.make_id("resp_")
         render = ResponsesRenderer(parsed, response_id)
         rounds = 0
 
         async def serve_round(this: ResponsesRequest) -> web.StreamResponse:
             nonlocal rounds
-            chat = chat_body(this)
-            req = rq.flow_request(
-                request,
-                Kind.CHAT,
-                "/v1/chat/completions",
-                orjson.dumps(chat),
-                chat,
-                parsed.model,
-                sampling,
-                "resp_",
-            )
+            req = _flow_request(request, this, sampling)
             if rounds:  # a tool loop's later round: a request of its own for the engine
                 req = req._replace(engine_id=f"{req.engine_id}-{rounds}")
             rounds += 1
@@ -143,17 +156,8 @@ class ResponsesRoutes:
             self.running.pop(key, None)
         final = render.made.final if render.made is not None else {}
         if final and (parsed.store or parsed.conversation is not None):
-            said = {item["id"] for item in history}  # an item said again gets a new id
-            new_id = self.make_id
-            items = [
-                {**i, "id": new_id("item_")} if i["id"] in said else i
-                for i in stored_items(parsed.input, new_id)
-            ]
             try:
-                if parsed.store:
-                    await self._store(tenant, parsed, items, final)
-                if parsed.conversation is not None:
-                    await self._append(tenant, parsed.conversation, [*items, *final["output"]])
+                await self._keep(tenant, parsed, self._input_items(parsed, history), final)
             except (StorageError, ItemConflict) as exc:
                 log.error(
                     "response_store_failed",
@@ -164,6 +168,97 @@ class ResponsesRoutes:
                 if not parsed.stream:
                     raise _store_failed() from None
         return answer
+
+    def _input_items(
+        self, parsed: ResponsesRequest, history: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The request's input as stored items (an item said again gets a new id)."""
+        said = {item["id"] for item in history}
+        new_id = self.make_id
+        return [
+            {**i, "id": new_id("item_")} if i["id"] in said else i
+            for i in stored_items(parsed.input, new_id)
+        ]
+
+    async def _keep(
+        self,
+        tenant: str,
+        parsed: ResponsesRequest,
+        items: list[dict[str, Any]],
+        final: dict[str, Any],
+    ) -> None:
+        """Store the finished response (with `store`) and append it to its conversation."""
+        if parsed.store:
+            await self._store(tenant, parsed, items, final)
+        if parsed.conversation is not None:
+            await self._append(tenant, parsed.conversation, [*items, *final["output"]])
+
+    # --- background responses --------------------------------------------------------------------
+    async def _start_background(
+        self,
+        request: web.Request,
+        tenant: str,
+        parsed: ResponsesRequest,
+        history: list[dict[str, Any]],
+        sampling: SamplingParams | None,
+    ) -> web.StreamResponse:
+        """Store the response as `queued` and run it in the gateway's task group: the answer is
+        the queued response object, or (`stream`) its events as they come."""
+        if self.background is None:
+            raise unsupported("background", "background responses are not served here")
+        if parsed.mcp:
+            raise unsupported("background", "background responses with MCP tools")
+        self.background.check()
+        response_id = self.make_id("resp_")
+        key = (tenant, response_id)
+        items = self._input_items(parsed, history)
+        queued = response_object(parsed, response_id, int(time.time()), "queued", [], None)
+        await stored(self._store(tenant, parsed, items, queued))
+        live = dataclasses.replace(parsed, stream=True)  # its frames go to the job's event log
+        req = _flow_request(request, live, sampling)
+
+        async def run(job: Job) -> None:
+            await self._store(tenant, parsed, items, {**queued, "status": "in_progress"})
+            try:
+                await self.flow.serve(req, job.render, request)
+                final = _final(job)
+            except asyncio.CancelledError:
+                if not job.cancelled:  # the gateway stops: what it had is kept as cancelled
+                    with contextlib.suppress(StorageError, TimeoutError):
+                        stopped = self._store(tenant, parsed, items, _cancelled(job))
+                        await asyncio.wait_for(stopped, CANCEL_WAIT_S)
+                raise
+            except ApiError as err:
+                made = job.render.made
+                final = (
+                    made.response("failed", err)
+                    if made is not None
+                    else response_object(
+                        parsed, response_id, queued["created_at"], "failed", [], None,
+                        error=failure(err),
+                    )
+                )  # fmt: skip
+            try:
+                await self._keep(tenant, parsed, items, final)
+            except (StorageError, ItemConflict) as exc:
+                log.error("response_store_failed", response_id=response_id, error=str(exc))
+
+        job = self.background.start(key, ResponsesRenderer(live, response_id), run)
+        job.items = items
+        if not parsed.stream:
+            return json_response(queued)
+        return await sse(request, job.events.follow(-1))
+
+    async def _cancel_background(self, tenant: str, job: Job) -> dict[str, Any]:
+        """End a running background response: its engine work is aborted, the response as it
+        stood is stored as `cancelled` and returned."""
+        job.cancelled = True
+        if job.task is not None:
+            job.task.cancel()
+            await asyncio.wait({job.task}, timeout=CANCEL_WAIT_S)
+        body = _cancelled(job)
+        await stored(self._store(tenant, job.render.req, job.items, body))
+        return body
 
     async def _conversation(self, tenant: str, conversation_id: str) -> list[dict[str, Any]]:
         """The conversation's items, oldest first (at most MAX_CONVERSATION_ITEMS)."""
@@ -243,6 +338,9 @@ class ResponsesRoutes:
         stood, status `cancelled`, is stored (with `store`) and returned. A finished response
         cannot be cancelled (400, as the Rust gateway answers)."""
         tenant, response_id = tenant_of(request), request.match_info["id"]
+        job = self.background.jobs.get((tenant, response_id)) if self.background else None
+        if job is not None:
+            return json_response(await self._cancel_background(tenant, job))
         running = self.running.pop((tenant, response_id), None)
         if running is not None:
             task, render = running
@@ -269,14 +367,23 @@ class ResponsesRoutes:
 
     async def get(self, request: web.Request) -> web.StreamResponse:
         if request.query.get("stream") not in (None, "false"):
-            raise ApiError(
-                400,
-                "unsupported_parameter",
-                "Unsupported parameter: 'stream': replaying a stored response is not supported yet",
-                param="stream",
-            )
+            return await self._replay(request)
         record = await self._found(request)
         return json_response(dict(record.body))
+
+    async def _replay(self, request: web.Request) -> web.StreamResponse:
+        """The response's events: followed live while it runs in the background here, else
+        re-derived from the stored response (smg.pipeline.responses_replay)."""
+        starting_after = _starting_after(request.query.get("starting_after"))
+        key = (tenant_of(request), request.match_info["id"])
+        job = self.background.jobs.get(key) if self.background else None
+        if job is not None:
+            start = -1 if starting_after is None else starting_after
+            job.events.check(start)
+            return await sse(request, job.events.follow(start))
+        record = await self._found(request)
+        events = after(replay_events(record.body), starting_after)
+        return await sse(request, [frame(e) for e in events])
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         response_id = request.match_info["id"]
@@ -298,6 +405,58 @@ class ResponsesRoutes:
         if record is None:
             raise _not_found(response_id)
         return record
+
+
+def _flow_request(
+    request: web.Request, this: ResponsesRequest, sampling: SamplingParams | None
+) -> Request:
+    chat = chat_body(this)
+    return rq.flow_request(
+        request,
+        Kind.CHAT,
+        "/v1/chat/completions",
+        orjson.dumps(chat),
+        chat,
+        this.model,
+        sampling,
+        "resp_",
+    )
+
+
+def _final(job: Job) -> dict[str, Any]:
+    """The terminal response object of a background run that returned."""
+    made = job.render.made
+    if made is None:
+        raise ApiError(502, "engine_failed", "The engine gave no answer")
+    if made.final:
+        return made.final
+    return made.response("failed", None)  # the engine failed mid-stream
+
+
+def _cancelled(job: Job) -> dict[str, Any]:
+    """A background response as it stands, cancelled."""
+    render = job.render
+    if render.made is not None:
+        return render.made.cancelled()
+    now = int(time.time())  # not prepared yet: nothing said
+    return response_object(render.req, render.response_id, now, "cancelled", [], None)
+
+
+def _starting_after(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -2
+    if value < -1:
+        raise ApiError(
+            400,
+            "invalid_value",
+            "'starting_after' must be a sequence_number (an integer, -1 or more)",
+            param="starting_after",
+        )
+    return value
 
 
 def _not_found(response_id: str) -> ApiError:

@@ -40,6 +40,7 @@ from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
+from smg.api.responses_background import Background
 from smg.api.responses_loop import ToolLoop
 from smg.api.responses_routes import ResponsesRoutes
 from smg.app.actors import CoreActors
@@ -127,6 +128,8 @@ class Gateway:
             clock=self.clock,
         )
         self.loads: SnapshotCell[LoadBoard] = SnapshotCell(LoadBoard())
+        # background responses: run while serving (_serve)
+        self.background = Background(cfg.storage.max_background_responses)
         self.events = EventBus()  # worker lifecycle and mesh imports, between the actors
         self.policy, self.cache_index = routing_policy(
             cfg.routing, self.rng, self.clock.now, self.loads
@@ -210,7 +213,11 @@ class Gateway:
             guard=self.url_guard,
         )
         ResponsesRoutes(
-            flow=flow, storage=history, max_payload=srv.max_payload_size, tools=tools
+            flow=flow,
+            storage=history,
+            max_payload=srv.max_payload_size,
+            tools=tools,
+            background=self.background,
         ).install(app)
         ConversationsRoutes(storage=history, max_payload=srv.max_payload_size).install(app)
         AdminRoutes(
@@ -301,7 +308,7 @@ class Gateway:
             # collector's generations so the per-request garbage is all it scans.
             gc.collect()
             gc.freeze()
-            async with asyncio.TaskGroup() as tg:
+            async with self.background.serving(), asyncio.TaskGroup() as tg:
                 sweeper = tg.create_task(self.guard.run(), name="connection-sweeper")
                 try:
                     await stop.wait()

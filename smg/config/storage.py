@@ -37,6 +37,11 @@ class StorageConfig:
     redis_retention_days: int = knob(
         30, "redis backend: days a stored record lives (a TTL); -1 keeps records forever."
     )
+    max_background_responses: int = knob(
+        64,
+        "Background responses (POST /v1/responses with background: true) running or waiting "
+        "at once; past it 429.",
+    )
 
 
 _NEEDS = {"sqlite": "sqlite_path", "postgres": "postgres_db_url", "redis": "redis_url"}
@@ -49,7 +54,7 @@ def check_storage(cfg: StorageConfig) -> None:
         flag = needed.replace("_", "-")
         raise ConfigError(f"--history-backend {cfg.history_backend} needs --{flag}")
     for name in ("history_max_records", "history_max_bytes", "postgres_pool_max_size",
-                 "redis_pool_max_size"):  # fmt: skip
+                 "redis_pool_max_size", "max_background_responses"):  # fmt: skip
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
     if cfg.history_timeout_secs <= 0:

@@ -90,8 +90,11 @@ def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
     messages = input_messages(body["input"], instructions)
     tools, mcp, echo_tools = _tools(body.get("tools"))
     background = _flag(body, "background", False)
-    if background:
-        raise unsupported("background", "background responses are not supported yet")
+    if background and not _flag(body, "store", True):
+        raise errors.invalid_value(
+            "'background' requires 'store': a background response is read back from storage",
+            param="background",
+        )
     truncation = body.get("truncation")
     if truncation not in (None, "disabled"):
         raise unsupported("truncation", "only 'disabled' is supported")

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from .conftest import Gateway, Launcher, Sim
+from .conftest import Gateway, Launcher, Sim, wait_until
 
 MODEL = "http-only-model"
 
@@ -115,3 +115,22 @@ def test_a_worker_error_reaches_the_client_in_its_own_words(
     finally:
         sim.configure(status_override=None)
     assert info.value.code == "sim_status_override"
+
+
+def test_a_background_response_and_its_replay(client: openai.OpenAI) -> None:
+    queued = client.responses.create(model=MODEL, input="Say something.", background=True)
+    assert queued.status == "queued"
+    done = wait_until(
+        lambda: (
+            (r := client.responses.retrieve(queued.id)).status != "queued"
+            and r.status != "in_progress"
+            and r
+        ),
+        20.0,
+        "the background response",
+    )
+    assert done.status == "completed" and done.output_text.strip()
+    events = list(client.responses.retrieve(queued.id, stream=True))
+    assert events[-1].type == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == done.output_text

@@ -48,7 +48,9 @@ class ServerConfig:
 @dataclass(frozen=True, slots=True)
 class WorkersConfig:
     worker_urls: tuple[str, ...] = knob(
-        (), "Workers to front (http://host:port); more can be added at /workers.", nargs="*"
+        (),
+        "Workers to front (http://host:port; repeatable); more can be added at /workers.",
+        nargs="extend",
     )
 
 
@@ -83,10 +85,14 @@ class RoutingConfig:
         aliases=("--cache-match-threshold",),
     )
     balance_abs_threshold: int = knob(
-        64, "cache_aware: max-min load gap (requests) that, with the ratio, means imbalance."
+        64,
+        "cache_aware: max-min load gap (requests) that, with the ratio, means imbalance.",
+        aliases=("--spill-abs-threshold",),
     )
     balance_rel_threshold: float = knob(
-        1.5, "cache_aware: max/min load ratio that, with the gap, routes to the least loaded."
+        1.5,
+        "cache_aware: max/min load ratio that, with the gap, routes to the least loaded.",
+        aliases=("--spill-rel-threshold",),
     )
     eviction_interval_secs: float = knob(
         60.0,
@@ -247,7 +253,7 @@ class MeshNodeConfig:
     )
     mesh_port: int = knob(39527, "Mesh port (UDP gossip and TCP state sync share it).")
     mesh_peer_urls: tuple[str, ...] = knob(
-        (), "Peers to join (host:port).", aliases=("--join",), nargs="*"
+        (), "Peers to join (host:port; repeatable).", aliases=("--join",), nargs="extend"
     )
     cluster_key: str | None = knob(
         None,

@@ -25,15 +25,22 @@ class StorageConfig:
         256 * 1024 * 1024, "memory backend: most bytes of stored JSON kept (256 MiB)."
     )
     history_timeout_secs: float = knob(
-        5.0, "Deadline of one storage call; past it the request gets an explicit error."
+        5.0,
+        "Deadline of one storage call; past it the request gets an explicit error "
+        "(--postgres-op-timeout-secs, --redis-op-timeout-secs: the Rust gateway's names).",
+        aliases=("--postgres-op-timeout-secs", "--redis-op-timeout-secs"),
     )
     sqlite_path: str | None = knob(None, "sqlite backend: the database file (created if absent).")
     postgres_db_url: str | None = knob(
         None, "postgres backend: connection URL (postgresql://user:pass@host:port/db)."
     )
-    postgres_pool_max_size: int = knob(16, "postgres backend: most pooled connections.")
+    postgres_pool_max_size: int = knob(
+        16, "postgres backend: most pooled connections.", aliases=("--postgres-pool-max",)
+    )
     redis_url: str | None = knob(None, "redis backend: connection URL (redis://host:port/db).")
-    redis_pool_max_size: int = knob(16, "redis backend: most pooled connections.")
+    redis_pool_max_size: int = knob(
+        16, "redis backend: most pooled connections.", aliases=("--redis-pool-max",)
+    )
     redis_retention_days: int = knob(
         30, "redis backend: days a stored record lives (a TTL); -1 keeps records forever."
     )

@@ -294,8 +294,15 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the Rust gateway's other commands: known, refused by name (exit 2) rather than read as flags
+NOT_YET_COMMANDS = ("serve",)
+
+
 def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
     args = list(argv)
+    if args and args[0] in NOT_YET_COMMANDS:
+        print(f"smg: error: smg {args[0]} is not supported yet", file=sys.stderr)
+        raise SystemExit(2)
     if not args or args[0] not in (*COMMANDS, "-h", "--help"):
         args = ["launch", *args]
     ns = make_parser().parse_args(args)

@@ -298,3 +298,15 @@ def test_served_flags_default_as_in_the_rust_gateway() -> None:
         if not _same(served[flag].default, rust):
             differ.append(flag)
     assert set(differ) == DEFAULTS_DIFFER
+
+
+def test_the_rust_gateways_serve_command_is_refused_by_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`smg --help` of the Rust gateway (tests/cli/rust_smg_help.txt) has launch and serve."""
+    rust_commands = re.search(
+        r"\{(.*)\}", Path(__file__).with_name("rust_smg_help.txt").read_text()
+    )
+    assert rust_commands is not None and rust_commands.group(1).split(",") == ["launch", "serve"]
+    err = refusal(["serve", "--model-path", "m"], capsys)
+    assert err == "smg: error: smg serve is not supported yet\n"

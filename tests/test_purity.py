@@ -44,7 +44,9 @@ PURE = [
     ROOT / "sim" / "text.py",
     *sorted((ROOT / "pipeline" / "policies").glob("*.py")),
     ROOT / "mcp_client" / "outputs.py",
+    ROOT / "mcp_client" / "server_url.py",
     ROOT / "config" / "mcp.py",  # the MCP servers file: text in, values out
+    ROOT / "config" / "env_expand.py",  # ${VAR} in config values: the environ is an argument
     ROOT / "tls.py",  # context builders: file reads only, no sockets or grpc
 ]
 FORBIDDEN = {"asyncio", "socket", "time", "aiohttp", "grpc", "threading", "random"}

@@ -16,6 +16,7 @@ import structlog
 
 from smg.actors.messages import BreakerPoll, Outcome, ProbeTick, WorkerChanged
 from smg.actors.runtime import Actor, ActorRef
+from smg.clock import TimerHandle
 from smg.config import CircuitBreakerConfig, HealthConfig
 from smg.core.circuit_breaker import BreakerState, CircuitBreaker
 from smg.core.health import HealthStatus, ProbeResult, WorkerHealth
@@ -46,6 +47,7 @@ class WorkerActor(Actor):
         self.breaker = CircuitBreaker(breaker_cfg)
         self.health = WorkerHealth(health_cfg)
         self._probing = False
+        self._recheck: TimerHandle | None = None  # the one pending early check
 
     @property
     def worker_id(self) -> str:
@@ -106,9 +108,13 @@ class WorkerActor(Actor):
             )
             snap = replace(snap, health=changed)
         self._publish(snap)
-        if self.health.status is HealthStatus.PENDING:
-            # registering: check again soon rather than a whole interval later
-            self.tell_later(min(0.25, self.health_cfg.health_check_interval_secs), ProbeTick())
+        # not ready: check again soon (backoff while failing), not a whole interval later
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+        delay = self.health.recheck_in(self.health_cfg.health_check_interval_secs)
+        if delay is not None:
+            self._recheck = self.tell_later(delay, ProbeTick())
 
     def _on_outcome(self, success: bool) -> None:
         now = self.clock.now()

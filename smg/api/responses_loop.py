@@ -42,8 +42,9 @@ from aiohttp import web
 from smg import errors
 from smg.errors import ApiError
 from smg.flow.render import SSE_HEADERS
-from smg.mcp_client.outputs import McpTool, ToolOutput
-from smg.mcp_client.pool import McpPool, McpUnavailable
+from smg.mcp_client.outputs import UNAVAILABLE, McpTool, ToolOutput, failure_output
+from smg.mcp_client.pool import McpPool, McpServer, McpUnavailable, UrlGuard
+from smg.mcp_client.server_url import InvalidServerUrl
 from smg.metrics import Metrics
 from smg.pipeline.responses_items import input_messages
 from smg.pipeline.responses_mcp import (
@@ -90,19 +91,25 @@ class RoundStream(web.StreamResponse):
 
 
 class _Server:
-    """One server of the request, as the loop uses it (configured, or the request's own)."""
+    """One server of the request, as the loop uses it (configured, or the request's own; None:
+    its session could not be opened, `down` says why)."""
 
-    def __init__(self, pool: McpPool, spec: McpServerSpec) -> None:
-        self.pool = pool
+    def __init__(self, spec: McpServerSpec, server: McpServer | None, down: str = "") -> None:
         self.spec = spec
+        self.server = server
+        self.down = down
         self.metric_name = spec.label if spec.url is None else "request"
         self.tools: tuple[McpTool, ...] = ()  # as listed for this request
 
     async def list_tools(self) -> tuple[McpTool, ...]:
-        return await self.pool.list_tools(self.spec.label)
+        if self.server is None:
+            raise McpUnavailable(self.down)
+        return await self.server.list_tools()
 
     async def call_tool(self, tool: str, arguments: Mapping[str, Any]) -> ToolOutput:
-        return await self.pool.call_tool(self.spec.label, tool, arguments)
+        if self.server is None:
+            return failure_output(self.spec.label, tool, UNAVAILABLE)
+        return await self.server.call_tool(tool, arguments)
 
 
 class ToolLoop:
@@ -112,8 +119,10 @@ class ToolLoop:
         pool: McpPool,
         metrics: Metrics | None,
         max_iterations: int,
+        guard: UrlGuard | None = None,
     ) -> None:
         self.pool = pool
+        self.guard = guard  # the workers' address policy, for servers given by URL
         self.metrics = metrics
         self.max_iterations = max_iterations
 
@@ -122,13 +131,7 @@ class ToolLoop:
         known = set(self.pool.servers)
         for i, spec in enumerate(parsed.mcp):
             where = f"tools[{i}]"
-            if spec.url is not None:
-                raise errors.invalid_value(
-                    f"{where}.server_url: MCP servers given by URL are not supported yet; "
-                    "name a server of the gateway's --mcp-config-path by its server_label",
-                    param=f"{where}.server_url",
-                )
-            if spec.label not in known:
+            if spec.url is None and spec.label not in known:
                 raise ApiError(
                     400,
                     "mcp_server_not_found",
@@ -222,7 +225,28 @@ class ToolLoop:
     # --- servers ----------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def _servers(self, parsed: ResponsesRequest) -> AsyncIterator[dict[str, _Server]]:
-        yield {spec.label: _Server(self.pool, spec) for spec in parsed.mcp}
+        """The request's servers, open for as long as its response runs: a configured one from
+        the pool, one given by `server_url` for this request only (its address checked by the
+        workers' address policy: a refused or malformed URL is a 400)."""
+        async with contextlib.AsyncExitStack() as stack:
+            servers: dict[str, _Server] = {}
+            for i, spec in enumerate(parsed.mcp):
+                if spec.url is None:
+                    servers[spec.label] = _Server(spec, self.pool.server(spec.label))
+                    continue
+                opening = self.pool.request_server(
+                    spec.label, spec.url, dict(spec.headers), guard=self.guard
+                )
+                try:
+                    server = await stack.enter_async_context(opening)
+                except InvalidServerUrl as exc:
+                    raise errors.invalid_value(str(exc), param=f"tools[{i}].server_url") from None
+                except McpUnavailable as exc:
+                    log.warning("mcp_server_unavailable", server=spec.label, error=str(exc))
+                    servers[spec.label] = _Server(spec, None, str(exc))
+                    continue
+                servers[spec.label] = _Server(spec, server)
+            yield servers
 
     async def _listed(
         self, parsed: ResponsesRequest, servers: Mapping[str, _Server], base: str

@@ -20,8 +20,7 @@ request id and the response id) and the response is simply not found later.
 (`after`, `limit`, `order`) read storage only.
 
 HTTP mode: the same chat body goes to an HTTP worker's /v1/chat/completions and its answer is
-read back and rendered as the same items and events (smg.flow.chat). A model served by PD pairs
-of HTTP workers answers 501 `responses_http_pd_unsupported` for now.
+read back and rendered as the same items and events (smg.flow.chat).
 """
 
 from __future__ import annotations
@@ -96,14 +95,7 @@ class ResponsesRoutes:
         body = rq.parse_object(raw)
         parsed = parse_responses(body)
         sampling = sampling_from_openai(chat_body(parsed), chat=True)  # ranges, response_format
-        if not self.flow.renders(parsed.model):
-            raise ApiError(
-                501,
-                "responses_http_pd_unsupported",
-                f"Model '{parsed.model}' is served by prefill/decode pairs of HTTP workers; "
-                "/v1/responses does not run on those in this gateway yet",
-                type="invalid_request_error",
-            )
+        self.flow.resolve_model(parsed.model)  # an unknown model: 404 before storage is read
         if parsed.mcp:
             if self.tools is None:
                 raise unsupported("tools", "MCP tools are not served by this gateway")

@@ -67,7 +67,7 @@ from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.flow.admission import Admission
 from smg.flow.inflight import InFlight
 from smg.flow.serve import Flow
-from smg.mcp_client.pool import McpPool
+from smg.mcp_client.pool import McpPool, check_mcp_servers
 from smg.metrics import Metrics
 from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend
@@ -204,7 +204,10 @@ class Gateway:
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         tools = ToolLoop(
-            pool=mcp, metrics=self.metrics, max_iterations=self.cfg.mcp.mcp_max_iterations
+            pool=mcp,
+            metrics=self.metrics,
+            max_iterations=self.cfg.mcp.mcp_max_iterations,
+            guard=self.url_guard,
         )
         ResponsesRoutes(
             flow=flow, storage=history, max_payload=srv.max_payload_size, tools=tools
@@ -224,6 +227,7 @@ class Gateway:
     # --- lifespan --------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         await check_startup_names(self.cfg, self.url_guard)
+        await check_mcp_servers(self.mcp_config, self.clock)  # a required one down stops the start
         history = await self._open_history()
         try:
             await self._run(history, stop)

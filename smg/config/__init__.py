@@ -117,6 +117,11 @@ class SimConfig:
     failure_rate: float = knob(0.0, "Share of requests answered 500, at random.")
     seed: int = knob(0, "Seed of the worker's randomness (output text, failures).")
     unhealthy: bool = knob(False, "Start with /health answering 503 (toggle at /sim/health).")
+    script: str | None = knob(
+        None,
+        'Scripted replies: a JSON file [{"when": "text in a message", "reply": "exact text"}, '
+        "...]; a user message with SIM_REPLY: is answered with the rest of it in any case.",
+    )
     role: str = knob(
         "regular",
         "PD role: decode insists on bootstrap_host/port/room; prefill answers one token.",

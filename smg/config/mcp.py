@@ -19,6 +19,9 @@ Layout (crates/mcp/src/core/config.rs in the Rust gateway):
     pool: {max_connections: 100, idle_timeout: 300}
     inventory: {enable_refresh: true, tool_ttl: 300, refresh_interval: 60, refresh_on_error: true}
 
+String values may name environment variables: `token: ${SEARCH_TOKEN}`, `${VAR:-default}`
+(smg/config/env_expand.py); an unset one without a default stops the start, naming it.
+
 smg adds two per-server keys the Rust layout lacks: `connect_timeout_secs` (10, the Rust
 gateway's HTTP connect timeout) and `request_timeout_secs` (30: one tool call or listing; past it
 the call becomes an error output). Keys the Rust layout has but smg does not serve yet (`proxy`,
@@ -27,12 +30,14 @@ the call becomes an error output). Keys the Rust layout has but smg does not ser
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from smg.config.env_expand import expand_tree
 from smg.config.knobs import ConfigError, knob
 
 PROTOCOLS = ("stdio", "sse", "streamable")
@@ -45,6 +50,8 @@ _SERVER_KEYS = {
     "streamable": (*_SERVER_COMMON, "url", "token", "headers"),
 }
 MAX_SERVERS = 256
+CONNECT_TIMEOUT_S = 10.0  # spawn/connect + MCP initialize handshake (the Rust HTTP connect)
+REQUEST_TIMEOUT_S = 30.0  # one tools/list or tools/call
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,21 +77,26 @@ class McpServerConfig:
     token: str | None = field(default=None, repr=False)  # a secret: never in repr or errors
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     required: bool = False  # the Rust gateway: start fails when a required server is unreachable
-    connect_timeout_secs: float = 10.0  # spawn/connect + MCP initialize handshake
-    request_timeout_secs: float = 30.0  # one tools/list or tools/call
+    connect_timeout_secs: float = CONNECT_TIMEOUT_S
+    request_timeout_secs: float = REQUEST_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)
 class McpPoolConfig:
-    max_connections: int = 100  # most servers connected at once
-    idle_timeout_secs: float = 300.0  # a connection unused this long is closed
+    # request-level servers (a request's `{"type": "mcp", "server_url": ...}` tool) with a
+    # session open at once, pool-wide; past it such a tool fails as unavailable (the Rust gateway
+    # keeps an LRU of that many dynamic-server connections; smg keeps none past its request)
+    max_connections: int = 100
+    idle_timeout_secs: float = 300.0  # a configured server's session unused this long is closed
 
 
 @dataclass(frozen=True, slots=True)
 class McpInventoryConfig:
     enable_refresh: bool = True  # re-list a server's tools when its list is older than the TTL
     tool_ttl_secs: float = 300.0  # how long a cached tool list is trusted
-    refresh_interval_secs: float = 60.0  # background refresh period (the Rust default)
+    # parsed, not used yet: smg refreshes a list lazily (on use, past tool_ttl or list_changed),
+    # not on a background period as the Rust gateway does
+    refresh_interval_secs: float = 60.0
     refresh_on_error: bool = True  # a failed call drops the server's cached list
 
 
@@ -98,17 +110,20 @@ class McpConfig:
         return next((s for s in self.servers if s.name == name), None)
 
 
-def load_mcp_config(path: str) -> McpConfig:
-    """Read and parse the file; an unreadable file is a ConfigError too."""
+def load_mcp_config(path: str, environ: Mapping[str, str] | None = None) -> McpConfig:
+    """Read and parse the file (`${VAR}` from `environ`, the process's environment by default);
+    an unreadable file is a ConfigError too."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as exc:
         raise ConfigError(f"--mcp-config-path {path}: cannot read ({exc.strerror})") from None
-    return parse_mcp_config(text)
+    return parse_mcp_config(text, os.environ if environ is None else environ)
 
 
-def parse_mcp_config(text: str) -> McpConfig:
+def parse_mcp_config(text: str, environ: Mapping[str, str] | None = None) -> McpConfig:
+    """Parse the file's text. String values may say `${VAR}` or `${VAR:-default}` (expanded from
+    `environ`, empty when None, before any check: a URL from a variable is checked as a URL)."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -117,6 +132,7 @@ def parse_mcp_config(text: str) -> McpConfig:
         raise ConfigError(f"mcp config: not valid YAML{line}") from None
     if doc is None:
         doc = {}
+    doc = expand_tree(doc, {} if environ is None else environ, "mcp config: ")
     top = _mapping(doc, "mcp config")
     _known(top, ("servers", "pool", "inventory"), _NOT_YET, "mcp config")
     raw_servers = top.get("servers", [])
@@ -144,8 +160,8 @@ def _server(raw: Any, where: str) -> McpServerConfig:
         "name": name,
         "protocol": protocol,
         "required": _flag(m, "required", where, False),
-        "connect_timeout_secs": _seconds(m, "connect_timeout_secs", where, 10.0),
-        "request_timeout_secs": _seconds(m, "request_timeout_secs", where, 30.0),
+        "connect_timeout_secs": _seconds(m, "connect_timeout_secs", where, CONNECT_TIMEOUT_S),
+        "request_timeout_secs": _seconds(m, "request_timeout_secs", where, REQUEST_TIMEOUT_S),
     }
     if protocol == "stdio":
         args = m.get("args", [])

@@ -9,6 +9,13 @@
 
 A failed worker is still probed, so it can come back. Only READY is routable. The shell (the
 worker actor) runs the probes on its clock and hands each result here with `now`.
+
+Besides the regular interval, a worker that is not ready is checked again sooner
+(`recheck_in`): one counting good checks up to the threshold, or still registering, after
+RECHECK_S; one failing, with backoff from BACKOFF_FIRST_S doubling up to BACKOFF_MAX_S (or the
+interval, if shorter). So an engine started together with the gateway, or a worker back from an
+outage, serves within about two seconds of answering, not a whole interval (60 s by default)
+times the success threshold later.
 """
 
 from __future__ import annotations
@@ -17,6 +24,10 @@ from dataclasses import dataclass
 from enum import Enum
 
 from smg.config import HealthConfig
+
+RECHECK_S = 0.25  # a worker on its way to ready: the next check
+BACKOFF_FIRST_S = 0.5  # a worker failing its checks: the first recheck, doubling per failure
+BACKOFF_MAX_S = 2.0  # ... up to this (one probe every 2 s of a worker that is down is cheap)
 
 
 class HealthStatus(Enum):
@@ -109,6 +120,15 @@ class WorkerHealth:
         ):
             return self._move(HealthStatus.FAILED, now)
         return None
+
+    def recheck_in(self, interval_s: float) -> float | None:
+        """Seconds until a check besides the regular ones (None: the interval will do)."""
+        if self._status is HealthStatus.READY:
+            return None
+        if self._successes or not self._failures:  # counting up, or not checked yet
+            return min(RECHECK_S, interval_s)
+        backoff = BACKOFF_FIRST_S * 2 ** min(self._failures - 1, 16)
+        return min(backoff, BACKOFF_MAX_S, interval_s)
 
     def _move(self, to: HealthStatus, now: float) -> HealthStatus:
         self._status = to

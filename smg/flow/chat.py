@@ -15,10 +15,16 @@ bytes but read back (smg.pipeline.chat_answer: `ChatStep`s) and handed to the su
   `upstream_bad_answer` (or the renderer's failure events once a stream has begun); what was wrong
   goes to the log.
 
-The attempt is settled once, as in the relay (None when the client left first).
+One place decides whether an HTTP worker's answer is rendered or relayed: `chat_renderer`
+(a `ChatRenderFactory` makes one, any other surface is relayed as bytes); the single-worker plan
+and the decode leg of an HTTP PD pair both ask it. `ChatAnswer` reads one worker answer (status
+200; an error status is the caller's to relay) and leaves its outcome in `success` (None when the
+client left first or the answer was cancelled) for the caller to settle once.
 """
 
 from __future__ import annotations
+
+import time
 
 import aiohttp
 import orjson
@@ -26,9 +32,9 @@ import structlog
 from aiohttp import web
 
 from smg import errors
-from smg.flow.relay import UPSTREAM_FAILURES, HttpRelay, is_event_stream, pump, upstream_failure
-from smg.flow.render import ROUTED_WORKER_HEADER, ChatRenderer, sse_response
-from smg.flow.runner import Attempt
+from smg.flow.relay import UPSTREAM_FAILURES, is_event_stream, pump, upstream_failure
+from smg.flow.render import ChatRenderer, ChatRenderFactory, RenderFactory, sse_response
+from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.chat_answer import (
     ChatAnswerError,
     SseReader,
@@ -40,73 +46,100 @@ from smg.pipeline.chat_answer import (
 log = structlog.get_logger("smg.relay")
 
 
-class ChatAnswer:
-    """One HTTP worker's chat answer (an opened attempt) on its way to `renderer`."""
+def chat_renderer(render_with: RenderFactory) -> ChatRenderer | None:
+    """The renderer for an HTTP worker's chat answer when the surface is one the gateway renders
+    itself (Responses); None when the worker's answer is relayed as bytes."""
+    if isinstance(render_with, ChatRenderFactory):
+        return render_with.for_chat(int(time.time()))
+    return None
 
-    __slots__ = ("attempt", "client", "relay", "renderer", "request_id")
+
+class ChatAnswer:
+    """One HTTP worker's chat answer (its response, status 200) on its way to `renderer`."""
+
+    __slots__ = (
+        "backend",
+        "client",
+        "ended",
+        "headers",
+        "out",
+        "renderer",
+        "request_id",
+        "success",
+        "upstream",
+        "worker_id",
+    )
 
     def __init__(
         self,
-        relay: HttpRelay,
+        backend: HttpBackend,
         client: web.Request,
-        attempt: Attempt[aiohttp.ClientResponse],
-        request_id: str,
+        upstream: aiohttp.ClientResponse,
         renderer: ChatRenderer,
+        *,
+        request_id: str,
+        worker_id: str,
+        headers: dict[str, str],
     ) -> None:
-        self.relay = relay
+        self.backend = backend
         self.client = client
-        self.attempt = attempt
-        self.request_id = request_id
+        self.upstream = upstream
         self.renderer = renderer
+        self.request_id = request_id
+        self.worker_id = worker_id
+        self.headers = headers  # the client's answer's own (request id, worker ids)
+        self.success: bool | None = None  # the worker's outcome; None: unknown (client left)
+        self.out: web.StreamResponse | None = None  # the client's stream, once prepared
+        self.ended = False  # the client's stream has its last events
 
     async def answer(self, stream: bool) -> web.StreamResponse:
-        upstream = self.attempt.response
-        if upstream.status != 200:  # the worker's error, as it said it (OpenAI's shape)
-            return await self.relay.whole(self.attempt, self.request_id)
-        if stream and is_event_stream(upstream):
+        if stream and is_event_stream(self.upstream):
             return await self._stream()
         return await self._whole(stream)
 
-    def _headers(self) -> dict[str, str]:
-        return {
-            "X-Request-Id": self.request_id,
-            ROUTED_WORKER_HEADER: self.attempt.worker.worker_id,
-        }
+    async def fail(self, err: errors.ApiError) -> None:
+        """End a stream already begun with the renderer's failure events (the answer was cut
+        off from outside: the other leg of a PD pair failed). A client gone gets nothing."""
+        out = self.out
+        if out is None or self.ended:
+            return
+        self.ended = True
+        try:
+            await out.write_eof(b"".join(self.renderer.failure_frames(err)))
+        except ConnectionError:
+            pass
 
     def _not_chat(self, exc: Exception) -> errors.ApiError:
         log.warning(
             "upstream_answer_not_chat",
             request_id=self.request_id,
-            worker_id=self.attempt.worker.worker_id,
+            worker_id=self.worker_id,
             error=str(exc),
         )
         return errors.upstream_not_chat()
 
     async def _whole(self, stream: bool) -> web.StreamResponse:
-        attempt, renderer = self.attempt, self.renderer
-        upstream, worker_id = attempt.response, attempt.worker.worker_id
-        success: bool | None = None  # stays None if the client leaves first
+        renderer, upstream = self.renderer, self.upstream
         read = False
         try:
             try:
-                data = await self.relay.backend.read_body(upstream)
+                data = await self.backend.read_body(upstream)
             except UPSTREAM_FAILURES as exc:
-                success = False
-                raise upstream_failure(
-                    self.relay.backend, exc, self.request_id, worker_id
-                ) from None
+                self.success = False
+                raise upstream_failure(self.backend, exc, self.request_id, self.worker_id) from None
             read = True
             try:
                 step = whole_step(orjson.loads(data))
             except (orjson.JSONDecodeError, ChatAnswerError) as exc:
-                success = False
+                self.success = False
                 raise self._not_chat(exc) from None
-            success = True
+            self.success = True
             if stream:  # a stream asked, one document answered: the same events, at once
                 frames = renderer.chat_frames(step) + renderer.closing_frames()
-                resp = sse_response(renderer, self._headers())
+                resp = sse_response(renderer, self.headers)
                 try:
                     await resp.prepare(self.client)
+                    self.ended = True
                     await resp.write_eof(b"".join(frames))
                 except ConnectionError:
                     pass
@@ -114,19 +147,18 @@ class ChatAnswer:
             renderer.collect_chat(step)
             body = renderer.whole()
             assert body is not None  # only an engine's failure has nothing to show
-            return web.Response(body=body, content_type="application/json", headers=self._headers())
+            return web.Response(body=body, content_type="application/json", headers=self.headers)
         finally:
             if read:
                 upstream.release()
             else:
                 upstream.close()
-            self.relay.runner.finish(attempt, success)
 
     async def _stream(self) -> web.StreamResponse:
-        attempt, renderer = self.attempt, self.renderer
-        resp = sse_response(renderer, self._headers())
-        backend = self.relay.backend
-        watch = backend.watch(attempt.response)
+        renderer, upstream = self.renderer, self.upstream
+        resp = sse_response(renderer, self.headers)
+        backend = self.backend
+        watch = backend.watch(upstream)
         reader = SseReader()
 
         async def write(chunk: bytes) -> None:
@@ -138,24 +170,28 @@ class ChatAnswer:
                 if frames:
                     await resp.write(b"".join(frames))
 
-        success: bool | None = None  # stays None if the client leaves first
         try:
             try:
                 await resp.prepare(self.client)
+                self.out = resp
                 try:
-                    failure = await pump(attempt.response, write, watch)
+                    failure = await pump(upstream, write, watch)
                 except ChatAnswerError as exc:
-                    success = False
+                    self.success = False
                     err = self._not_chat(exc)
                 else:
-                    success = failure is None
+                    self.success = failure is None
                     if failure is not None:
-                        worker_id = attempt.worker.worker_id
-                        err = upstream_failure(backend, failure, self.request_id, worker_id)
-                last = renderer.closing_frames() if success else renderer.failure_frames(err)
+                        err = upstream_failure(backend, failure, self.request_id, self.worker_id)
+                last = renderer.closing_frames() if self.success else renderer.failure_frames(err)
+                self.ended = True
                 await resp.write_eof(b"".join(last))
             except ConnectionError:  # the client left; `finally` drops the upstream
                 pass
             return resp
         finally:
-            self.relay.settle_stream(attempt, watch, success)
+            backend.unwatch(watch)
+            if self.success is True:
+                upstream.release()
+            else:
+                upstream.close()  # the worker sees the disconnect

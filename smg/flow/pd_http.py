@@ -1,11 +1,14 @@
 """Prefill/decode disaggregation over HTTP, SGLang style (the pure part is `smg.pipeline.pd`).
 
 One request: pick a (prefill, decode) pair, add the bootstrap fields, send the same body to both
-at once and relay the decode worker's answer as bytes. Both legs run in one `TaskGroup`: the
-prefill leg is a child task that drains its answer; the decode leg is relayed by the handler
-itself (legs.py: a failed leg cancels the other, and the client gets a clean 502 or error
-event). No retries: the room is shared state between the two workers. Both legs carry the
-gateway's engine id, never the client's; a client that leaves counts against neither worker.
+at once and relay the decode worker's answer as bytes; for a surface the gateway renders itself
+(Responses: `chat.chat_renderer` decides, as for one worker) the decode's chat answer is read
+back and rendered instead (chat.py). Both legs run in one `TaskGroup`: the prefill leg is a child
+task that drains its answer; the decode leg is answered by the handler itself (legs.py: a failed
+leg cancels the other, and the client gets a clean 502 or error event, a rendered stream its
+renderer's failure events). No retries: the room is shared state between the two workers. Both
+legs carry the gateway's engine id, never the client's; a client that leaves counts against
+neither worker.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import orjson
 import structlog
 from aiohttp import web
 
+from smg import errors
 from smg.core.snapshots import WorkerSnapshot
+from smg.flow import chat
 from smg.flow.legs import LegFailed, fail_client
 from smg.flow.relay import (
     UPSTREAM_FAILURES,
@@ -27,7 +32,13 @@ from smg.flow.relay import (
     is_event_stream,
     pump,
 )
-from smg.flow.render import PREFILL_WORKER_HEADER, ROUTED_WORKER_HEADER, SSE_HEADERS
+from smg.flow.render import (
+    PREFILL_WORKER_HEADER,
+    ROUTED_WORKER_HEADER,
+    SSE_HEADERS,
+    ChatRenderer,
+    RenderFactory,
+)
 from smg.flow.request import Request
 from smg.flow.runner import Pairing, settle
 from smg.pipeline import pd
@@ -65,10 +76,16 @@ async def _open(
     return resp
 
 
+def _tags(pair: pd.PdPair, request_id: str) -> dict[str, str]:
+    return {
+        "X-Request-Id": request_id,
+        ROUTED_WORKER_HEADER: pair.decode.worker_id,
+        PREFILL_WORKER_HEADER: pair.prefill.worker_id,
+    }
+
+
 def _tag(out: web.StreamResponse, pair: pd.PdPair, request_id: str) -> None:
-    out.headers["X-Request-Id"] = request_id
-    out.headers[ROUTED_WORKER_HEADER] = pair.decode.worker_id
-    out.headers[PREFILL_WORKER_HEADER] = pair.prefill.worker_id
+    out.headers.update(_tags(pair, request_id))
 
 
 class HttpPd:
@@ -83,40 +100,58 @@ class HttpPd:
         req: Request,
         route: RouteRequest,
         candidates: tuple[WorkerSnapshot, ...],
+        render_with: RenderFactory,
     ) -> web.StreamResponse:
         pair = self.pairing.pick(candidates, route)
         room = pd.new_room(self.rng)
         legs = pd.inject_bootstrap(req.body, pair.prefill, room)
         data = orjson.dumps(with_engine_ids(legs, req.engine_id) or legs)
+        renderer = chat.chat_renderer(render_with)
         pair.decode.counter.active += 1  # the prefill leg counts itself once its task runs
         out: web.StreamResponse | None = None
+        answer: chat.ChatAnswer | None = None  # the decode's chat answer, read back
         failure: LegFailed | None = None
+        refused: errors.ApiError | None = None  # a rendered whole answer that failed
         decode_success: bool | None = None  # None: unknown (cancelled, or the client left)
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._prefill(pair.prefill, req, data))
                 headers = self.backend.forward_headers(req.headers, pair.decode, req.engine_id)
                 resp = await _open(self.backend, pd.DECODE, pair.decode, req.path, data, headers)
-                try:
-                    if req.stream and is_event_stream(resp):
-                        out = web.StreamResponse(status=resp.status, headers=SSE_HEADERS.copy())
-                        _tag(out, pair, req.client_id)
-                        decode_success = await self._stream(client, resp, out, pair.decode)
-                    else:
-                        out = await self._whole(resp, pair, req.client_id)
-                        decode_success = True
-                finally:
-                    if decode_success:
-                        resp.release()
-                    else:
-                        resp.close()
+                if renderer is not None:
+                    answer = self._chat(client, req, resp, pair, renderer)
+                    try:
+                        out = await answer.answer(req.stream)
+                    finally:
+                        decode_success = answer.success
+                    if decode_success is False:  # a stream broke off, its failure events sent:
+                        detail = f"{pair.decode.url}: its chat answer broke off"
+                        raise LegFailed(pd.DECODE, detail)  # the prefill leg is cancelled
+                else:
+                    try:
+                        if req.stream and is_event_stream(resp):
+                            out = web.StreamResponse(status=resp.status, headers=SSE_HEADERS.copy())
+                            _tag(out, pair, req.client_id)
+                            decode_success = await self._stream(client, resp, out, pair.decode)
+                        else:
+                            out = await self._whole(resp, pair, req.client_id)
+                            decode_success = True
+                    finally:
+                        if decode_success:
+                            resp.release()
+                        else:
+                            resp.close()
         except* LegFailed as group:
             failure = next(e for e in group.exceptions if isinstance(e, LegFailed))
             if failure.role == pd.DECODE:
                 decode_success = False
+        except* errors.ApiError as group:  # raised outside the TaskGroup, below
+            refused = next(e for e in group.exceptions if isinstance(e, errors.ApiError))
         finally:
             settle(pair.decode, decode_success)
         if failure is None:
+            if refused is not None:
+                raise refused
             assert out is not None
             return out
         log.warning(
@@ -127,7 +162,28 @@ class HttpPd:
             request_id=req.client_id,
             engine_id=req.engine_id,
         )
+        if answer is not None and answer.out is not None:  # a rendered stream has begun
+            await answer.fail(failure.api_error())
+            return answer.out
         return await fail_client(out, failure.api_error(), ended=bool(decode_success))
+
+    def _chat(
+        self,
+        client: web.Request,
+        req: Request,
+        resp: aiohttp.ClientResponse,
+        pair: pd.PdPair,
+        renderer: ChatRenderer,
+    ) -> chat.ChatAnswer:
+        return chat.ChatAnswer(
+            self.backend,
+            client,
+            resp,
+            renderer,
+            request_id=req.client_id,
+            worker_id=pair.decode.worker_id,
+            headers=_tags(pair, req.client_id),
+        )
 
     async def _prefill(self, worker: WorkerSnapshot, req: Request, data: bytes) -> None:
         """Send the prefill leg and drain its answer (its tokens are not the client's; at most

@@ -13,7 +13,9 @@ goes to the dispatcher of its plan:
     yes          yes        GrpcPd: a prefill/decode pair of engines
 
 Every dispatcher answers through the same render and relay paths and the same runner (retries,
-deadline, breaker reports, metrics), whatever surface asked.
+deadline, breaker reports, metrics), whatever surface asked. A surface the gateway renders itself
+(Responses) runs on every plan: an HTTP worker's chat answer, one worker's or a PD pair's decode
+leg's, is read back and rendered instead of relayed (chat.chat_renderer decides, once for both).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from smg.flow.render import RenderFactory
 from smg.flow.request import Request
 from smg.flow.runner import Runner
 from smg.flow.single import SingleWorker
-from smg.pipeline.backends.grpc_pool import is_grpc_url
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.tokenizer import Tokenizer
 
@@ -75,21 +76,13 @@ class Flow:
                 return await self.single.serve(client, req, raw, route, prepared, render_with)
             route = self.preparer.route(req, None)
             if self.http_pd is not None:
-                return await self.http_pd.serve(client, req, route, candidates)
+                return await self.http_pd.serve(client, req, route, candidates, render_with)
             return await self.single.serve(client, req, raw, route, None, render_with)
         finally:
             self.inflight.remove(task)
             self.admission.release()
 
     # --- what the native edges ask besides answers -----------------------------------------------
-    def renders(self, model: str) -> bool:
-        """True when the gateway can render its own surface (Responses) for `model` (404 if
-        unknown): token mode (a gRPC engine), or HTTP workers outside PD mode (their chat
-        answers are read back, smg.flow.chat). A PD pair over HTTP relays its decode leg's bytes:
-        not yet."""
-        candidates = self.runner.candidates(model)
-        return self.http_pd is None or any(is_grpc_url(w.url) for w in candidates)
-
     def resolve_model(self, model: object) -> str:
         """The model a native request names (404 if unknown), or the only one served."""
         if isinstance(model, str) and model:

@@ -7,13 +7,12 @@ worker the client's own bytes (`HttpBackend.open`: the status line is in). In to
 fleet may hand the request to either; in pass-through mode there are HTTP workers only. The
 answer then goes to the client through the renderer (an engine's events) or the byte relay (an
 HTTP worker's answer), which settles the attempt. A surface the gateway renders itself
-(Responses: its render factory is a `ChatRenderFactory`) has an HTTP worker's chat answer read
-back and rendered instead (chat.py).
+(Responses: `chat.chat_renderer` says so) has an HTTP worker's chat answer read back and rendered
+instead (chat.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,7 +23,7 @@ from smg.core.snapshots import WorkerSnapshot
 from smg.flow import chat, render
 from smg.flow.prepare import Prepared
 from smg.flow.relay import HttpRelay
-from smg.flow.render import ROUTED_WORKER_HEADER, ChatRenderFactory, RenderFactory
+from smg.flow.render import ROUTED_WORKER_HEADER, ChatRenderer, RenderFactory
 from smg.flow.request import Request
 from smg.flow.runner import Attempt, Runner
 from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
@@ -54,13 +53,36 @@ class SingleWorker:
             request_id=req.client_id,
         )
         if isinstance(attempt.response, aiohttp.ClientResponse):
-            if isinstance(render_with, ChatRenderFactory):  # a surface the gateway renders
-                renderer = render_with.for_chat(int(time.time()))
-                answer = chat.ChatAnswer(self.relay, client, attempt, req.client_id, renderer)
-                return await answer.answer(req.stream)
+            renderer = chat.chat_renderer(render_with)
+            if renderer is not None and attempt.response.status == 200:
+                return await self._read_back(client, req, attempt, renderer)
+            # relayed as bytes (an error status too: the worker speaks OpenAI's error shape)
             return await self.relay.answer(client, attempt, req.client_id, req.stream)
         assert prepared is not None
         return await self._render(client, req, attempt, prepared, render_with)
+
+    async def _read_back(
+        self,
+        client: web.Request,
+        req: Request,
+        attempt: Attempt[aiohttp.ClientResponse],
+        renderer: ChatRenderer,
+    ) -> web.StreamResponse:
+        worker_id = attempt.worker.worker_id
+        headers = {"X-Request-Id": req.client_id, ROUTED_WORKER_HEADER: worker_id}
+        answer = chat.ChatAnswer(
+            self.relay.backend,
+            client,
+            attempt.response,
+            renderer,
+            request_id=req.client_id,
+            worker_id=worker_id,
+            headers=headers,
+        )
+        try:
+            return await answer.answer(req.stream)
+        finally:
+            self.runner.finish(attempt, answer.success)
 
     def _sender(
         self, req: Request, raw: bytes, prepared: Prepared | None

@@ -26,6 +26,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -33,7 +34,9 @@ from aiohttp import web
 
 from smg.config import SimConfig
 from smg.errors import ApiError, invalid_request, missing_field
+from smg.sim import chat_script as scripted
 from smg.sim import http_native as native
+from smg.sim.chat_script import scripted_reply
 from smg.sim.http_wire import (
     CHAT_END,
     CHUNK_HEAD,
@@ -50,6 +53,7 @@ from smg.sim.http_wire import (
     usage,
 )
 from smg.sim.plan import CONTEXT_LENGTH, Plan, int_field, plan_request, prompt_keys
+from smg.sim.script import Script, parse_script
 from smg.sim.text import TextGen, embedding, spans
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -98,6 +102,7 @@ class SimWorker:
             healthy=not cfg.unhealthy,
         )
         self.stats = Stats()
+        self.script = parse_script(Path(cfg.script).read_text()) if cfg.script else Script()
         self.gen = TextGen(cfg.seed)
         self._fail_rng = random.Random(cfg.seed ^ 0x5EED_FA11)
         self._ids = itertools.count(1)
@@ -159,6 +164,10 @@ class SimWorker:
             body, chat=chat, default_tokens=tokens, default_model=model, gen=self.gen
         )
         self._check_failure(beh)
+        reply = scripted_reply(body, self.script) if chat else None
+        if reply is not None:
+            said = scripted.answer(reply, bool(body.get("tools")), self._id_tag)
+            return await self._scripted(request, plan, beh, said)
         tokens = plan.prompt_tokens + plan.max_tokens * len(plan.offsets)
         self.stats.in_flight_tokens += tokens
         try:
@@ -167,6 +176,49 @@ class SimWorker:
             return await self._unary(plan, beh)
         finally:
             self.stats.in_flight_tokens -= tokens
+
+    async def _scripted(
+        self, request: web.Request, plan: Plan, beh: Behaviour, said: scripted.ScriptedAnswer
+    ) -> web.StreamResponse:
+        """A scripted chat answer (smg.sim.chat_script), whole or as one burst of chunks."""
+        if beh.first_token_ms > 0:
+            await self.sleep(beh.first_token_ms / 1000.0)
+        rid, created = self._new_id("chatcmpl"), int(time.time())
+        tokens = max(1, len(said.text) // 4)
+        use = {
+            "prompt_tokens": plan.prompt_tokens,
+            "completion_tokens": tokens,
+            "total_tokens": plan.prompt_tokens + tokens,
+        }
+        head = {"id": rid, "created": created, "model": plan.model}
+        self.stats.completed += 1
+        if not plan.stream:
+            message: dict[str, Any] = {"role": "assistant", "content": said.content}
+            if said.reasoning:
+                message["reasoning_content"] = said.reasoning
+            if said.tool_calls:
+                message["tool_calls"] = list(said.tool_calls)
+            choice = {"index": 0, "message": message, "logprobs": None}
+            choice["finish_reason"] = said.finish_reason
+            return json_response(
+                {**head, "object": "chat.completion", "choices": [choice], "usage": use}
+            )
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            frame = {**head, "object": "chat.completion.chunk", "choices": [choice]}
+            return b"data: %s\n\n" % orjson.dumps(frame)
+
+        out = [chunk({"role": "assistant", "content": ""})]
+        out += [chunk(delta) for delta in scripted.stream_deltas(said)]
+        out.append(chunk({}, said.finish_reason))
+        if plan.include_usage:
+            last = {**head, "object": "chat.completion.chunk", "choices": [], "usage": use}
+            out.append(b"data: %s\n\n" % orjson.dumps(last))
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        await resp.prepare(request)
+        await resp.write_eof(b"".join([*out, DONE]))
+        return resp
 
     async def _native(
         self, request: web.Request, body: dict[str, Any], beh: Behaviour

@@ -21,6 +21,7 @@ DIALECT = Dialect(
     numbered=True,
     errors=(asyncpg.PostgresError, asyncpg.InterfaceError, OSError),
     unique_violation=asyncpg.UniqueViolationError,
+    row_lock=" FOR UPDATE",
 )
 MIGRATION_LOCK = 0x736D6753  # "smgS": the advisory lock key the migration holds
 

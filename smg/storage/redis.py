@@ -4,8 +4,10 @@ with a TTL (retention; -1 keeps them), shared by every node on the same server.
 Keys (prefix `smg:`; the tenant is length-prefixed so no tenant/id pair can spell another's key):
 `r:<t>:<id>` a response; `c:<t>:<id>` a conversation; `ci:<t>:<id>` its item order (a sorted set
 scored by a global sequence); `cd:<t>:<id>` its items (a hash item id → JSON). Adding items is one
-Lua script (existence, conflicts and the writes atomically); every call runs under the timeout and
-a redis or socket error becomes StorageError naming the operation only (never the URL).
+Lua script (existence, conflicts and the writes atomically, so appends from many nodes at once
+never interleave or lose items); a metadata update is a WATCH/MULTI transaction. Every call runs
+under the timeout and a redis or socket error becomes StorageError naming the operation only
+(never the URL).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, WatchError
 
 from smg.storage import codec
 from smg.storage.contract import (
@@ -34,6 +36,7 @@ from smg.storage.deadline import bounded
 
 T = TypeVar("T")
 DAY_S = 86_400
+_WATCH_TRIES = 16  # optimistic update attempts before giving up (each lost one saw a write)
 
 _ADD_ITEMS = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -158,17 +161,33 @@ class RedisStorage:
     async def update_conversation(
         self, tenant: str, conversation_id: str, metadata: Mapping[str, str]
     ) -> Conversation | None:
-        current = await self.get_conversation(tenant, conversation_id)
-        if current is None:
-            return None
-        updated = replace(current, metadata=dict(metadata))
-        key = self._key("c", tenant, conversation_id)
-        data = codec.dump_conversation(updated)
-        done = await self._call(
-            "update_conversation",
-            lambda: self._r.set(key, data, xx=True, ex=self._ex(), keepttl=not self._ttl_s),
-        )
-        return updated if done else None
+        """Read, change and write the record under WATCH (a delete or a re-create meanwhile
+        makes the write fail and the update start again); the items' TTLs are renewed with it,
+        so a conversation never outlives its items."""
+        ck, ok, dk = self._conv_keys(tenant, conversation_id)
+
+        async def work() -> Conversation | None:
+            async with self._r.pipeline(transaction=True) as p:
+                for _ in range(_WATCH_TRIES):
+                    await p.watch(ck)
+                    data = await p.get(ck)
+                    if data is None:
+                        return None
+                    updated = replace(codec.load_conversation(data), metadata=dict(metadata))
+                    p.multi()
+                    data = codec.dump_conversation(updated)
+                    p.set(ck, data, ex=self._ex(), keepttl=not self._ttl_s)
+                    if self._ttl_s:
+                        p.expire(ok, self._ttl_s)
+                        p.expire(dk, self._ttl_s)
+                    try:
+                        await p.execute()
+                    except WatchError:
+                        continue
+                    return updated
+            raise StorageError("redis update_conversation: the conversation kept changing")
+
+        return await self._call("update_conversation", work)
 
     async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
         ck, ok, dk = self._conv_keys(tenant, conversation_id)

@@ -6,6 +6,13 @@ conversation items are rows ordered by a per-database sequence, so pages are ind
 A response's input items live in its record (bounded by the request size) and are paged in
 memory with `page_window`.
 
+Concurrent writers (two gateways on one database) stay atomic per conversation: an append, a
+metadata update and a delete first lock the conversation's row in their transaction (the
+dialect's `row_lock`: `FOR UPDATE` on postgres; sqlite's `BEGIN IMMEDIATE` already serialises
+every writer), so one append's items take consecutive sequence numbers, appends are ordered as
+they commit, an update never writes over a conversation deleted meanwhile, and an append racing a
+delete either lands before it (and is deleted with it) or finds the conversation gone.
+
 Every public call runs under the backend's timeout; a driver error or a timeout becomes
 `StorageError` naming the operation and the error's type only (never a URL, never contents).
 """
@@ -52,6 +59,7 @@ class Dialect:
     numbered: bool  # placeholders are $1, $2, ... instead of ?
     errors: tuple[type[BaseException], ...]  # driver errors that mean "the backend failed"
     unique_violation: type[BaseException]
+    row_lock: str  # appended to a SELECT to lock its rows to the end of the transaction
 
 
 # Each migration is a list of statements; its index + 1 is the schema version it brings.
@@ -177,13 +185,13 @@ class SqlStorage:
         t, cid = conversation.tenant, conversation.id
 
         async def work() -> None:
-            async with self._transaction() as tx:
+            async with self._transaction() as tx:  # the row first, as in a delete
+                await tx.run("DELETE FROM smg_conversations WHERE tenant = ? AND id = ?", t, cid)
                 await tx.run(
                     "DELETE FROM smg_conversation_items WHERE tenant = ? AND conversation_id = ?",
                     t,
                     cid,
                 )
-                await tx.run("DELETE FROM smg_conversations WHERE tenant = ? AND id = ?", t, cid)
                 await tx.run(
                     "INSERT INTO smg_conversations (tenant, id, record) VALUES (?, ?, ?)",
                     t,
@@ -195,9 +203,13 @@ class SqlStorage:
         await self._call("create_conversation", work)
         return conversation
 
-    async def _conversation_row(self, c: Sql, tenant: str, conversation_id: str) -> bytes | None:
+    async def _conversation_row(
+        self, c: Sql, tenant: str, conversation_id: str, *, lock: bool = False
+    ) -> bytes | None:
+        """The conversation's record; `lock`: its row locked until the transaction ends."""
         rows = await c.rows(
-            "SELECT record FROM smg_conversations WHERE tenant = ? AND id = ?",
+            "SELECT record FROM smg_conversations WHERE tenant = ? AND id = ?"
+            + (self._dialect.row_lock if lock else ""),
             tenant,
             conversation_id,
         )
@@ -216,7 +228,7 @@ class SqlStorage:
     ) -> Conversation | None:
         async def work() -> Conversation | None:
             async with self._transaction() as tx:
-                data = await self._conversation_row(tx, tenant, conversation_id)
+                data = await self._conversation_row(tx, tenant, conversation_id, lock=True)
                 if data is None:
                     return None
                 updated = replace(codec.load_conversation(data), metadata=dict(metadata))
@@ -232,17 +244,18 @@ class SqlStorage:
 
     async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
         async def work() -> int:
-            async with self._transaction() as tx:
+            async with self._transaction() as tx:  # the row first: a running append ends
+                deleted = await tx.run(  # first, and its items are seen by the next statement
+                    "DELETE FROM smg_conversations WHERE tenant = ? AND id = ?",
+                    tenant,
+                    conversation_id,
+                )
                 await tx.run(
                     "DELETE FROM smg_conversation_items WHERE tenant = ? AND conversation_id = ?",
                     tenant,
                     conversation_id,
                 )
-                return await tx.run(
-                    "DELETE FROM smg_conversations WHERE tenant = ? AND id = ?",
-                    tenant,
-                    conversation_id,
-                )
+                return deleted
 
         return await self._call("delete_conversation", work) > 0
 
@@ -252,7 +265,7 @@ class SqlStorage:
 
         async def work() -> bool:
             async with self._transaction() as tx:
-                if await self._conversation_row(tx, tenant, conversation_id) is None:
+                if await self._conversation_row(tx, tenant, conversation_id, lock=True) is None:
                     return False
                 await _insert_items(tx, tenant, conversation_id, ids, encoded)
                 return True

@@ -22,6 +22,7 @@ DIALECT = Dialect(
     numbered=False,
     errors=(sqlite3.Error, OSError, ValueError),
     unique_violation=sqlite3.IntegrityError,
+    row_lock="",  # BEGIN IMMEDIATE already makes each writer the only one
 )
 
 

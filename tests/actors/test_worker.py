@@ -23,7 +23,7 @@ from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock, TimerHandle, settle
 from smg.config import CircuitBreakerConfig, HealthConfig
 from smg.core.circuit_breaker import BreakerState
-from smg.core.health import HealthStatus, ProbeResult
+from smg.core.health import BACKOFF_MAX_S, RECHECK_S, HealthStatus, ProbeResult
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 
 
@@ -96,7 +96,14 @@ async def test_worker_becomes_ready_learns_model_and_goes_not_ready() -> None:
         assert cell.value.models() == []
         calls = prober.calls
         await clock.advance(30.0)
-        assert prober.calls == calls + 3  # one probe per interval, no more
+        # a worker that is down is probed with backoff: every BACKOFF_MAX_S at most, no more
+        assert 30 / BACKOFF_MAX_S - 2 <= prober.calls - calls <= 30 / BACKOFF_MAX_S + 30 / 10
+        prober.ok = True  # it comes back: ready within a backoff step and a recheck
+        await clock.advance(BACKOFF_MAX_S + 2 * RECHECK_S)
+        assert cell.value.by_id[snap.worker_id].health is HealthStatus.READY
+        calls = prober.calls
+        await clock.advance(30.0)
+        assert prober.calls == calls + 3  # ready: one probe per interval, no more
     finally:
         await stop(sups)
 

@@ -15,7 +15,14 @@ from multidict import CIMultiDict
 
 from smg import errors
 from smg.api.audit import clean
-from smg.config import AuthConfig, ConfigError, GatewayConfig, ServerConfig, replace_path
+from smg.config import (
+    AuthConfig,
+    ConfigError,
+    GatewayConfig,
+    McpConfig,
+    ServerConfig,
+    replace_path,
+)
 from smg.core.auth import (
     Gate,
     JwtCheck,
@@ -35,6 +42,7 @@ from smg.core.auth_keys import (
     role_mapping,
 )
 from smg.core.jwt_rules import JwtSettings
+from smg.mcp_client.pool import McpPool
 from smg.storage.memory import MemoryStorage
 
 PUBLIC, DATA, ADMIN, METRICS = (
@@ -83,7 +91,8 @@ async def test_every_installed_route_has_its_intended_class() -> None:
     mesh = {"enable_mesh": True, "mesh_fault_injection": True, "mesh_host": "127.0.0.1"}
     cfg = replace_path(GatewayConfig(), "mesh", **mesh)  # on loopback: needs no cluster key
     cfg = replace_path(cfg, "pd", pd_disaggregation=True)
-    app = Gateway(cfg).build_app(None, MemoryStorage())  # type: ignore[arg-type]
+    gw = Gateway(cfg)
+    app = gw.build_app(None, MemoryStorage(), McpPool(McpConfig(), clock=gw.clock))  # type: ignore[arg-type]
     installed = {r.canonical: classify(r.canonical) for r in app.router.resources()}
     assert installed == EXPECTED_ROUTES
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from smg.config import HealthConfig
-from smg.core.health import HealthStatus, WorkerHealth
+from smg.core.health import RECHECK_S, HealthStatus, WorkerHealth
 
 P, R, N, F = HealthStatus.PENDING, HealthStatus.READY, HealthStatus.NOT_READY, HealthStatus.FAILED
 
@@ -114,3 +114,18 @@ def test_thresholds_of_one() -> None:
 
 def test_status_values() -> None:
     assert [s.value for s in HealthStatus] == ["pending", "ready", "not_ready", "failed"]
+
+
+def test_a_worker_not_ready_is_rechecked_soon_with_backoff_while_it_fails() -> None:
+    h = WorkerHealth(HealthConfig(health_failure_threshold=3, health_success_threshold=2))
+    assert h.recheck_in(60.0) == RECHECK_S  # registering: not checked yet
+    delays = []
+    for k in range(8):
+        h.observe(False, float(k))
+        delays.append(h.recheck_in(60.0))
+    assert delays == [0.5, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]  # doubling, capped
+    assert h.recheck_in(0.3) == 0.3  # never later than the regular interval
+    h.observe(True, 9.0)
+    assert h.recheck_in(60.0) == RECHECK_S  # on its way to ready: the next check at once
+    h.observe(True, 9.3)
+    assert h.status is HealthStatus.READY and h.recheck_in(60.0) is None  # the interval will do

@@ -14,13 +14,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
-from smg.core.health import HealthStatus
-from smg.core.snapshots import LoadCounter, WorkerSnapshot
 from smg.errors import ApiError
 from smg.flow.chat import ChatAnswer
-from smg.flow.relay import HttpRelay
-from smg.flow.runner import Attempt
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.responses_output import ResponsesRenderer
 from smg.pipeline.responses_request import parse_responses
@@ -52,13 +47,10 @@ ANSWERS: dict[str, tuple[str, bytes]] = {
 
 
 class Settled:
-    """Records how the attempt was settled (the runner's `finish`)."""
+    """Records the outcome each answer leaves for its caller to settle."""
 
     def __init__(self) -> None:
         self.outcomes: list[bool | None] = []
-
-    def finish(self, attempt: Attempt[Any], success: bool | None) -> None:
-        self.outcomes.append(success)
 
 
 async def worker_answer(request: web.Request) -> web.Response:
@@ -72,16 +64,7 @@ async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], Settled]]:
     upstream.router.add_post("/{case}/v1/chat/completions", worker_answer)
     settled = Settled()
     async with TestServer(upstream) as worker, aiohttp.ClientSession() as session:
-        relay = HttpRelay(settled, HttpBackend(session, 10.0))  # type: ignore[arg-type]
-        snapshot = WorkerSnapshot(
-            worker_id="w1",
-            url=str(worker.make_url("")),
-            model_id="m",
-            worker_type="regular",
-            health=HealthStatus.READY,
-            breaker=BreakerSnapshot(BreakerState.CLOSED, None),
-            counter=LoadCounter(),
-        )
+        backend = HttpBackend(session, 10.0)
 
         async def gateway(request: web.Request) -> web.StreamResponse:
             stream = request.query.get("stream") == "1"
@@ -89,13 +72,23 @@ async def setup() -> AsyncIterator[tuple[TestClient[Any, Any], Settled]]:
             upstream = await session.post(url, data=b"{}")
             req = parse_responses({"model": "m", "input": "hi", "stream": stream})
             renderer = ResponsesRenderer(req, "resp_ab").for_chat(1700000000)
-            answer = ChatAnswer(relay, request, Attempt(snapshot, upstream, 1), "rid", renderer)
+            answer = ChatAnswer(
+                backend,
+                request,
+                upstream,
+                renderer,
+                request_id="rid",
+                worker_id="w1",
+                headers={"X-Request-Id": "rid"},
+            )
             try:
                 return await answer.answer(stream)
             except ApiError as err:
                 return web.Response(
                     status=err.status, body=err.to_json(), content_type="application/json"
                 )
+            finally:
+                settled.outcomes.append(answer.success)
 
         app = web.Application()
         app.router.add_post("/{case}", gateway)

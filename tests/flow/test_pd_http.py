@@ -17,11 +17,15 @@ from smg.core.health import HealthStatus
 from smg.core.snapshots import LoadCounter, WorkerSnapshot
 from smg.errors import ApiError
 from smg.flow.pd_http import HttpPd
+from smg.flow.render import RenderFactory
 from smg.flow.request import Kind, Request
 from smg.flow.runner import Pairing
 from smg.pipeline import pd
 from smg.pipeline.backends.http import HttpBackend, UpstreamError
+from smg.pipeline.output import openai_renderer
 from smg.pipeline.policies import RoundRobinPolicy, RouteRequest
+from smg.pipeline.responses_output import ResponsesRenderer
+from smg.pipeline.responses_request import parse_responses
 
 ROUTE = RouteRequest(text=None, routing_key=None, model="m")
 
@@ -273,7 +277,9 @@ class FixedClock:
         return 0.0
 
 
-def _serve(script: dict[str, Any]) -> tuple[Any, FakeBackend, list[WorkerSnapshot]]:
+def _serve(
+    script: dict[str, Any], render_with: RenderFactory = openai_renderer
+) -> tuple[Any, FakeBackend, list[WorkerSnapshot]]:
     workers = [w("http://p:1", "prefill", port=8998), w("http://d:2", "decode")]
     backend = FakeBackend(script)
     pairing = Pairing(
@@ -302,7 +308,9 @@ def _serve(script: dict[str, Any]) -> tuple[Any, FakeBackend, list[WorkerSnapsho
     )
 
     async def run() -> Any:
-        return await asyncio.wait_for(routes.serve(request, req, ROUTE, tuple(workers)), 5.0)
+        return await asyncio.wait_for(
+            routes.serve(request, req, ROUTE, tuple(workers), render_with), 5.0
+        )
 
     return run, backend, workers
 
@@ -345,6 +353,43 @@ def test_pd_routes_a_failed_leg_cancels_the_other(script: dict[str, Any], code: 
         asyncio.run(run())
     assert info.value.status == 502 and info.value.code == f"pd_{code}_failed"
     assert "http://" not in info.value.message and "refused" not in info.value.message
+    assert all(x.counter.active == 0 for x in workers)
+
+
+CHAT = {
+    "choices": [{"index": 0, "message": {"content": "Hi there."}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+}
+
+
+def _responses() -> ResponsesRenderer:
+    return ResponsesRenderer(parse_responses({"model": "m", "input": "hi"}), "resp_pd")
+
+
+def test_pd_routes_render_the_decodes_chat_answer_for_responses() -> None:
+    """A surface the gateway renders (Responses): the decode's chat answer is read back and
+    rendered, not relayed; both legs settle as successes."""
+    script = {
+        "http://p:1": FakeResp(200, b'{"p":1}'),
+        "http://d:2": FakeResp(200, orjson.dumps(CHAT)),
+    }
+    run, _, workers = _serve(script, _responses())
+    resp = asyncio.run(run())
+    body = orjson.loads(resp.body)
+    assert body["id"] == "resp_pd" and body["status"] == "completed"
+    assert body["output"][0]["content"][0]["text"] == "Hi there."
+    assert body["usage"]["input_tokens"] == 5 and body["usage"]["output_tokens"] == 2
+    assert resp.headers["X-SMG-Routed-Worker-Id"] == "id-2"
+    assert resp.headers["X-SMG-Prefill-Worker-Id"] == "id-1"
+    assert all(x.counter.active == 0 and x.counter.processed == 1 for x in workers)
+
+
+def test_pd_routes_a_decode_answer_that_is_not_chat_is_a_502_and_cancels_prefill() -> None:
+    script = {"http://p:1": FakeResp(200, b"x", hang=True), "http://d:2": FakeResp(200, b"{oops")}
+    run, _, workers = _serve(script, _responses())
+    with pytest.raises(ApiError) as info:
+        asyncio.run(run())
+    assert info.value.status == 502 and info.value.code == "upstream_bad_answer"
     assert all(x.counter.active == 0 for x in workers)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import openai
 import pytest
@@ -169,7 +170,78 @@ def test_generate_runs_through_pd_over_http(launch: Launcher) -> None:
     assert prefill.stats()["completed"] == 2 and decode.stats()["completed"] == 2
 
 
-def test_responses_on_http_pd_pairs_is_refused_clearly(launch: Launcher) -> None:
-    gw, _, _ = _pd(launch)
-    resp = gw.request("POST", "/v1/responses", {"model": "sim-model", "input": "hi"})
-    assert_openai_error(resp, 501, "responses_http_pd_unsupported")
+def test_responses_run_through_http_pd_pairs(launch: Launcher) -> None:
+    """/v1/responses on a model served by HTTP PD pairs: both legs get the chat body with one
+    shared room, and the decode's chat answer is rendered as a Responses object, whole and
+    streamed alike; a second turn through previous_response_id carries the first along."""
+    gw, prefill, decode = _pd(launch)
+    with gw.client(timeout_s=20) as client:
+        args: dict[str, Any] = {"model": "sim-model", "input": "hello pd", "instructions": "Hi."}
+        whole = client.responses.create(**args)
+        assert whole.status == "completed" and whole.output_text.strip()
+        [msg] = whole.output
+        assert msg.type == "message" and msg.id.startswith("msg_")
+        assert whole.usage is not None and whole.usage.output_tokens > 0
+        with client.responses.stream(**args) as stream:
+            kinds = [event.type for event in stream]
+            streamed = stream.get_final_response()
+        assert kinds[:2] == ["response.created", "response.in_progress"]
+        assert kinds[-1] == "response.completed" and "response.output_text.delta" in kinds
+        assert streamed.output_text == whole.output_text  # the sim answers a prompt alike
+        assert streamed.usage == whole.usage
+
+        second = client.responses.create(
+            model="sim-model", input="and again", previous_response_id=whole.id
+        )
+        alone = client.responses.create(model="sim-model", input="and again", store=False)
+        assert second.previous_response_id == whole.id and second.status == "completed"
+        assert second.usage is not None and alone.usage is not None
+        assert second.usage.input_tokens > alone.usage.input_tokens  # the first turn came along
+        assert client.responses.retrieve(second.id).output_text == second.output_text
+
+    p_rooms, d_rooms = _rooms(prefill), _rooms(decode)
+    assert len(d_rooms) == 4 and p_rooms == d_rooms
+    assert prefill.stats()["completed"] == 4 and decode.stats()["completed"] == 4
+
+
+@pytest.mark.parametrize("killed", ["prefill", "decode"])
+def test_a_leg_killed_mid_responses_stream_ends_it_as_failed(launch: Launcher, killed: str) -> None:
+    """A rendered (Responses) stream under way (the decode talking, the prefill still busy)
+    whose prefill or decode worker dies: the stream ends at once with the renderer's
+    `response.failed`, and the other leg is cancelled (while the client's connection stays
+    open: its leaving is not what ends the other leg)."""
+    prefill = launch.sim(role="prefill", bootstrap_port=BOOTSTRAP_PORT, first_token_ms=30_000)
+    decode = launch.sim(role="decode", tokens_per_second=4)
+    gw = launch.gateway(prefill=[(prefill, BOOTSTRAP_PORT)], decode=[decode])
+    kinds: list[str] = []
+    failed: list[Any] = []
+    talking, finished = threading.Event(), threading.Event()
+
+    with gw.client(timeout_s=20) as client:
+
+        def call() -> None:
+            try:
+                args: dict[str, Any] = {"model": "sim-model", "input": "hi", "stream": True}
+                for event in client.responses.create(**args, max_output_tokens=200):
+                    kinds.append(event.type)
+                    if event.type == "response.output_text.delta":
+                        talking.set()
+                    if event.type == "response.failed":
+                        failed.append(event.response)
+            finally:
+                finished.set()
+
+        t = threading.Thread(target=call, daemon=True)
+        t.start()
+        assert talking.wait(10), "the decode leg's first words"
+        dead, other = (prefill, decode) if killed == "prefill" else (decode, prefill)
+        dead.kill()
+        assert finished.wait(5), f"the client hung after the {killed} worker died"
+        t.join(1)
+        wait_until(lambda: other.stats()["in_flight"] == 0, 5, "the other leg to be cancelled")
+    assert kinds[-1] == "response.failed", kinds
+    [response] = failed
+    assert response.status == "failed" and response.error is not None
+    assert response.error.code == "server_error"
+    if killed == "prefill":
+        assert "prefill" in response.error.message

@@ -136,6 +136,31 @@ def test_completions_run_through_pd(launch: Launcher, runtime: str) -> None:
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
+def test_responses_run_through_pd(launch: Launcher, runtime: str) -> None:
+    """/v1/responses in gRPC PD mode (OpenAI SDK): the decode's events rendered as a response,
+    whole and streamed alike, and a second turn through previous_response_id. Each request is
+    one prefill leg and one decode leg."""
+    gw, prefill, decode = _pd(launch, runtime)
+    with gw.client(timeout_s=20) as client:
+        whole = client.responses.create(model="sim-model", input="SIM_REPLY: hello 世界")
+        assert whole.status == "completed" and whole.output_text == "hello 世界"
+        with client.responses.stream(model="sim-model", input="SIM_REPLY: hello 世界") as stream:
+            kinds = [event.type for event in stream]
+            streamed = stream.get_final_response()
+        assert kinds[:2] == ["response.created", "response.in_progress"]
+        assert kinds[-1] == "response.completed" and "response.output_text.delta" in kinds
+        assert streamed.output_text == "hello 世界" and streamed.usage == whole.usage
+
+        second = client.responses.create(
+            model="sim-model", input="SIM_REPLY: again", previous_response_id=whole.id
+        )
+        assert second.output_text == "again" and second.previous_response_id == whole.id
+        assert second.usage is not None and whole.usage is not None
+        assert second.usage.input_tokens > whole.usage.input_tokens  # the first turn came along
+    _pd_legs(prefill, decode, 3)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
 def test_decode_engine_refuses_requests_without_pd_fields(launch: Launcher, runtime: str) -> None:
     decode = launch.engine(runtime=runtime, role="decode")
     gw = launch.gateway([decode])  # a plain gateway: no PD fields are sent

@@ -42,6 +42,7 @@ SCRIPT = [
      '"again"}}\n</tool_call>'},
     {"when": "<tool_response>\n42\n</tool_response>", "reply": "The sum is 42."},
     {"when": "timed out", "reply": "The tool was too slow."},
+    {"when": "Bearer sesame / acme", "reply": "The server knew us."},
 ]  # fmt: skip
 
 
@@ -66,9 +67,8 @@ def http_mcp() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def setup(
-    module_launch: Launcher, http_mcp: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Setup]:
+def files(http_mcp: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the engines' script, the gateway's MCP servers file)."""
     tmp = tmp_path_factory.mktemp("mcp")
     script = tmp / "script.json"
     script.write_text(json.dumps(SCRIPT))
@@ -80,6 +80,12 @@ def setup(
         f"  - name: calc\n    protocol: streamable\n    url: {http_mcp}\n"
         "    request_timeout_secs: 5\n"
     )
+    return script, config
+
+
+@pytest.fixture(scope="module")
+def setup(module_launch: Launcher, files: tuple[Path, Path]) -> Iterator[Setup]:
+    script, config = files
     engine = module_launch.engine(MODEL, "vllm", chunk_tokens=3, script=script)
     gw = module_launch.gateway(
         [engine], tokenizer_path=qwen3_tokenizer_dir(), mcp_config_path=config
@@ -237,3 +243,53 @@ def test_a_tool_past_its_deadline_is_an_output_the_model_sees(setup: Setup) -> N
     assert (call.status, call.error.type) == ("failed", "mcp_protocol_error")  # type: ignore[union-attr]
     assert "timed out" in (call.output or "")
     assert response.output_text == "The tool was too slow."
+
+
+def test_the_loop_in_http_mode(module_launch: Launcher, files: tuple[Path, Path]) -> None:
+    """HTTP mode: a worker's chat answers (its tool calls parsed by the worker, as vLLM's tool
+    parser would) are read back round after round; whole and streamed alike."""
+    script, config = files
+    worker = module_launch.sim(MODEL, script=script)
+    gw = module_launch.gateway([worker], mcp_config_path=config)
+    said = calls(("echo", {"text": "ping"}), ("add", {"a": 2, "b": 40}))
+    with gw.client(timeout_s=30.0) as client:
+        whole = client.responses.create(model=MODEL, input=said, tools=[FILES, CALC])
+        with client.responses.stream(model=MODEL, input=said, tools=[FILES, CALC]) as stream:
+            types = [event.type for event in stream]
+            streamed = stream.get_final_response()
+    for response in (whole, streamed):
+        assert kinds(response) == [
+            "mcp_list_tools", "mcp_list_tools", "mcp_call", "mcp_call", "message"
+        ]  # fmt: skip
+        assert [i.output for i in response.output[2:4]] == ["echo: ping", "42"]
+        assert response.output_text == "The echo said ping and the sum is 42."
+    assert types.count("response.mcp_call.completed") == 2 and types[-1] == "response.completed"
+
+
+def test_a_server_given_by_url_serves_this_request_with_its_headers(
+    setup: Setup, http_mcp: str
+) -> None:
+    remote = {
+        "type": "mcp", "server_label": "remote", "server_url": http_mcp,
+        "headers": {"X-Tenant": "acme"}, "authorization": "sesame",
+    }  # fmt: skip
+    response = setup.client.responses.create(
+        model=MODEL, input=calls(("whoami", {})), tools=[remote]
+    )
+    assert kinds(response) == ["mcp_list_tools", "mcp_call", "message"]
+    assert response.output[1].output == "Bearer sesame / acme"  # the headers reached it
+    assert response.output_text == "The server knew us."
+    shown = response.tools[0].model_dump()
+    assert shown["headers"] is None and "sesame" not in str(shown)  # never echoed back
+    assert setup.gw.metric("smg_mcp_tool_calls_total", server="request", tool="any", outcome="ok")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://169.254.169.254/mcp", "http://user:pw@127.0.0.1:1/mcp", "ftp://127.0.0.1/x"]
+)
+def test_a_server_url_the_gateway_refuses_is_a_400(setup: Setup, url: str) -> None:
+    tool = {"type": "mcp", "server_label": "remote", "server_url": url}
+    with pytest.raises(openai.BadRequestError) as info:
+        setup.client.responses.create(model=MODEL, input="hi", tools=[tool])
+    assert info.value.param == "tools[0].server_url"
+    assert "pw" not in str(info.value.body)

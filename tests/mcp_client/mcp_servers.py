@@ -1,9 +1,12 @@
 """A real MCP server written with the official SDK's server side (`MCPServer`, FastMCP's 2.x
-name), for the pool's tests. Run: `python tests/mcp_client/mcp_servers.py stdio` or
-`python tests/mcp_client/mcp_servers.py streamable-http PORT`.
+name), for the pool's tests. Run: `python tests/mcp_client/mcp_servers.py stdio`,
+`python tests/mcp_client/mcp_servers.py streamable-http PORT` (at /mcp) or
+`python tests/mcp_client/mcp_servers.py sse PORT` (at /sse, messages at /messages/).
 
-Tools: `echo`, `add`, `fail` (raises ToolError), `crash` (raises ValueError), `nap` (sleeps),
-`grow` (adds the tool `grown` and sends `notifications/tools/list_changed`)."""
+Tools: `echo`, `add`, `fail` (raises ToolError), `crash` (raises ValueError), `big` (a long
+answer), `nap` (sleeps), `whoami` (the
+request's auth headers), `grow` (adds the tool `grown` and sends
+`notifications/tools/list_changed`)."""
 
 from __future__ import annotations
 
@@ -12,8 +15,15 @@ import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 
 server = MCPServer("smg-test")
+# the SDK's DNS-rebinding protection for a loopback server, plus the name the address-guard tests
+# resolve to loopback themselves (`mcp.test.invalid`, unknown to any DNS)
+SECURITY = TransportSecuritySettings(
+    allowed_hosts=["127.0.0.1:*", "localhost:*", "mcp.test.invalid:*"],
+    allowed_origins=["http://127.0.0.1:*", "http://localhost:*"],
+)
 
 
 @server.tool()
@@ -41,6 +51,12 @@ def crash() -> str:
 
 
 @server.tool()
+def big(chars: int) -> str:
+    """Answer `chars` characters."""
+    return "x" * chars
+
+
+@server.tool()
 async def nap(seconds: float) -> str:
     """Sleep, then answer."""
     await asyncio.sleep(seconds)
@@ -50,6 +66,14 @@ async def nap(seconds: float) -> str:
 def grown() -> str:
     """A tool that exists only after `grow`."""
     return "grown"
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:
+    """The Authorization and X-Tenant headers this call came with (HTTP transports)."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", {})
+    return f"{headers.get('authorization', 'none')} / {headers.get('x-tenant', 'none')}"
 
 
 @server.tool()
@@ -63,5 +87,8 @@ async def grow(ctx: Context) -> str:
 if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")
+    elif sys.argv[1] == "sse":
+        server.run("sse", host="127.0.0.1", port=int(sys.argv[2]), transport_security=SECURITY)
     else:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        port = int(sys.argv[2])
+        server.run("streamable-http", host="127.0.0.1", port=port, transport_security=SECURITY)

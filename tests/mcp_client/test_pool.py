@@ -1,17 +1,15 @@
 """The MCP client pool (smg/mcp_client/pool.py) against real MCP servers written with the
 official SDK's server side (tests/mcp_client/mcp_servers.py): one over stdio, one over streamable
-HTTP on a loopback port. Lists tools (cached; refreshed on list_changed and past the TTL), calls
-tools, and turns a raising tool, a tool past its deadline and a server that is down into tool
-outputs."""
+HTTP and one over SSE on loopback ports. Lists tools (cached; refreshed on list_changed and past
+the TTL), calls tools, and turns a raising tool, a tool past its deadline and a server that is
+down into tool outputs."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,43 +19,9 @@ from smg.config.mcp import McpConfig, McpInventoryConfig, McpServerConfig
 from smg.mcp_client.outputs import PROTOCOL_ERROR, TIMEOUT, TOOL_ERROR, UNAVAILABLE, UNKNOWN_SERVER
 from smg.mcp_client.pool import McpPool, McpUnavailable
 
+from .spawn import SERVER, free_port
+
 pytestmark = pytest.mark.integration
-
-SERVER = str(Path(__file__).with_name("mcp_servers.py"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def http_url() -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, SERVER, "streamable-http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, "the streamable HTTP MCP server exited while starting"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the MCP server did not listen within 30 s"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def _stdio(**kw: object) -> McpServerConfig:
@@ -68,14 +32,20 @@ def _http(url: str, **kw: object) -> McpServerConfig:
     return McpServerConfig("remote", "streamable", url=url, token="tok-SECRET", **kw)  # type: ignore[arg-type]
 
 
+def _sse(url: str, **kw: object) -> McpServerConfig:
+    return McpServerConfig("events", "sse", url=url, token="tok-SECRET", **kw)  # type: ignore[arg-type]
+
+
 def _config(*servers: McpServerConfig, ttl_s: float = 300.0) -> McpConfig:
     return McpConfig(servers, inventory=McpInventoryConfig(tool_ttl_secs=ttl_s))
 
 
-@pytest.fixture(params=["stdio", "streamable"])
+@pytest.fixture(params=["stdio", "streamable", "sse"])
 def server(request: pytest.FixtureRequest) -> McpServerConfig:
     if request.param == "stdio":
         return _stdio(request_timeout_secs=5.0)
+    if request.param == "sse":
+        return _sse(request.getfixturevalue("sse_url"), request_timeout_secs=5.0)
     return _http(request.getfixturevalue("http_url"), request_timeout_secs=5.0)
 
 
@@ -157,7 +127,7 @@ async def test_the_tool_list_is_cached_until_the_ttl(http_url: str) -> None:
 
 
 async def test_a_server_that_is_down_is_an_unavailable_output() -> None:
-    down = _http(f"http://127.0.0.1:{_free_port()}/mcp", connect_timeout_secs=5.0)
+    down = _http(f"http://127.0.0.1:{free_port()}/mcp", connect_timeout_secs=5.0)
     gone = McpServerConfig("gone", "stdio", command="/nonexistent/mcp-server")
     async with McpPool(_config(down, gone), clock=FakeClock()) as pool:
         for name in ("remote", "gone"):
@@ -172,7 +142,7 @@ async def test_a_server_that_is_down_is_an_unavailable_output() -> None:
 
 
 async def test_a_server_that_comes_back_is_reconnected(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     cfg = _http(f"http://127.0.0.1:{port}/mcp", connect_timeout_secs=5.0)
     async with McpPool(_config(cfg), clock=FakeClock()) as pool:
         assert (await pool.call_tool("remote", "echo", {"text": "x"})).error == UNAVAILABLE

@@ -310,6 +310,78 @@ async def test_concurrent_writers_lose_nothing(store: Storage) -> None:
         assert await store.get_response("t1", f"resp_{i}") is not None
 
 
+async def _all_items(store: Storage, conversation_id: str) -> list[str]:
+    page = await store.list_items(
+        "t1", conversation_id, ListQuery(limit=MAX_PAGE_LIMIT, order="asc")
+    )
+    assert page is not None and not page.has_more
+    return [i["id"] for i in page.items]
+
+
+@pytest.fixture
+async def two_nodes(backend: Backend) -> AsyncIterator[tuple[Storage, Storage]]:
+    """Two backend instances on one store, as two gateways share it (the memory backend is not
+    shared: one instance twice)."""
+    assert backend.open is not None
+    first = await backend.open()
+    second = await backend.open() if backend.persistent else first
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        if second is not first:
+            await second.close()
+
+
+async def test_concurrent_appends_through_two_instances_keep_every_batch_whole(
+    two_nodes: tuple[Storage, Storage],
+) -> None:
+    """Two gateways appending to one conversation at once (two backend instances on one store;
+    one instance for the memory backend, which is not shared): 20 appends of 5 items each all
+    land, each append's items together and in their order, and both instances read the same
+    order; metadata updates running among them neither clobber an append nor get lost."""
+    first, second = two_nodes
+    conv = Conversation(id="conv_1", tenant="t1", created_at=5, metadata={"n": "start"})
+    await first.create_conversation(conv)
+    batches = [[_msg(b * 5 + k, f"batch {b}") for k in range(5)] for b in range(20)]
+    stores = (first, second)
+    added = await asyncio.gather(
+        *(stores[b % 2].add_items("t1", "conv_1", batch) for b, batch in enumerate(batches)),
+        *(stores[u % 2].update_conversation("t1", "conv_1", {"n": str(u)}) for u in range(6)),
+    )
+    assert added[:20] == [True] * 20
+    assert all(u is not None for u in added[20:])
+    order = await _all_items(first, "conv_1")
+    assert order == await _all_items(second, "conv_1")
+    assert sorted(order) == [f"msg_{i:03d}" for i in range(100)]
+    runs = [order[k : k + 5] for k in range(0, 100, 5)]
+    assert sorted(runs) == [[i["id"] for i in batch] for batch in batches]
+    got = await second.get_conversation("t1", "conv_1")
+    assert got is not None and got.created_at == 5
+    assert got.metadata["n"] in {str(u) for u in range(6)}
+
+
+async def test_appends_racing_a_delete_leave_no_orphan_items(
+    two_nodes: tuple[Storage, Storage],
+) -> None:
+    """A conversation deleted through one instance while another appends to it: every append
+    lands before the delete (and goes with it) or finds the conversation gone; no item is left
+    behind, and a new conversation under the same id starts empty."""
+    first, second = two_nodes
+    conv = Conversation(id="conv_1", tenant="t1", created_at=5)
+    await first.create_conversation(conv)
+    appends = [second.add_items("t1", "conv_1", [_msg(b * 2), _msg(b * 2 + 1)]) for b in range(10)]
+    results = await asyncio.gather(
+        *appends[:5], first.delete_conversation("t1", "conv_1"), *appends[5:]
+    )
+    assert results[5] is True
+    for i in range(20):
+        assert await first.get_item("t1", "conv_1", f"msg_{i:03d}") is None
+    assert await second.list_items("t1", "conv_1", ListQuery()) is None
+    await second.create_conversation(conv)
+    assert await _all_items(first, "conv_1") == []
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize(
     ("server", "opener"),

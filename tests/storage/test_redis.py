@@ -38,6 +38,26 @@ async def test_retention_is_a_ttl_and_minus_one_keeps(redis_url: str) -> None:
         await raw.aclose()
 
 
+async def test_a_metadata_update_renews_the_items_with_the_record(redis_url: str) -> None:
+    """The record and its items expire together: an update refreshes all three keys' TTLs (a
+    record renewed alone would outlive its items and come back with an empty history)."""
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        store = await RedisStorage.open(redis_url, retention_days=2, prefix="upd:")
+        await store.create_conversation(Conversation("c", "t", 0), [{"id": "i"}])
+        keys = await raw.keys("upd:c*:1:t:c")
+        assert len(keys) == 3
+        for key in keys:
+            await raw.expire(key, 60)
+        updated = await store.update_conversation("t", "c", {"k": "v"})
+        await store.close()
+        assert updated is not None and dict(updated.metadata) == {"k": "v"}
+        for key in keys:
+            assert 2 * DAY_S - 60 < await raw.ttl(key) <= 2 * DAY_S, key
+    finally:
+        await raw.aclose()
+
+
 async def test_tenant_and_id_cannot_spell_another_key(redis_url: str) -> None:
     store = await RedisStorage.open(redis_url, prefix="forge:")
     try:

@@ -232,7 +232,7 @@ def add_not_yet_flags(parser: argparse.ArgumentParser) -> None:
     for issue in sorted(by_issue, key=lambda i: (i is None, i or 0)):
         names = ", ".join(_with_aliases(r) for r in by_issue[issue])
         parser.add_argument_group(_issue_title(issue), f"{names}.")
-    values = ", ".join(f"{flag} {v}" for flag, vs in NOT_YET_VALUES.items() for v in vs)
+    values = "; ".join(f"{flag} {', '.join(vs)}" for flag, vs in NOT_YET_VALUES.items())
     parser.add_argument_group("values not supported yet", f"{values}.")
 
 

@@ -166,7 +166,22 @@ NOT_YET_VALUES: dict[str, tuple[str, ...]] = {
     "--policy": ("passthrough",),
     "--prefill-policy": ("passthrough",),
     "--decode-policy": ("passthrough",),
-}
+    # the Rust gateway's parser formats that smg.pipeline.parsers lacks
+    "--reasoning-parser": (
+        "base", "deepseek_v31", "deepseek_v4", "deepseek_v4.1", "deepseek_v41", "dots3",
+        "function_gemma", "gemma4", "glm", "glm4", "hf", "hy4", "hy_v4", "inkling", "iquest",
+        "json", "k2_horizon", "kimi_k25", "kimi_k3", "kimi_thinking", "lfm2.5", "ling",
+        "llama_nemotron", "minicpm5", "minimax_m2", "minimax_m3", "mistral_v13", "olmo3", "plain",
+        "qwen2.5", "qwen3_tagged", "qwen3_tagged_direct", "seed_oss", "xlam",
+    ),
+    "--tool-call-parser": (
+        "deepseek32", "deepseek_v4", "deepseek_v4.1", "deepseek_v41", "dots3", "function_gemma",
+        "gemma4", "glm", "glm4", "hf", "hy4", "hy_v4", "inkling", "iquest", "k2_horizon",
+        "kimi_k3", "lfm2.5", "ling", "llama_nemotron", "minicpm5", "minimax_m3", "mistral_v13",
+        "nemotron", "olmo3", "plain", "qwen2.5", "qwen3", "qwen3_tagged", "qwen3_tagged_direct",
+        "sarashina", "seed_oss", "xlam",
+    ),
+}  # fmt: skip
 
 
 def not_yet_message(given: list[str]) -> str:

@@ -188,6 +188,18 @@ class HealthConfig:
     )
 
 
+# The parser formats smg implements (smg.pipeline.parsers; a test keeps the two in step). The
+# Rust gateway's other names parse and are refused as not supported yet (config/not_yet.py).
+REASONING_PARSER_NAMES = (
+    "cohere_cmd", "deepseek_r1", "glm45", "kimi", "minimax", "nano_v3", "passthrough", "qwen3",
+    "qwen3_thinking", "step3",
+)  # fmt: skip
+TOOL_CALL_PARSER_NAMES = (
+    "cohere", "deepseek", "deepseek31", "glm45_moe", "glm47_moe", "json", "kimik2", "llama",
+    "minimax_m2", "mistral", "passthrough", "pythonic", "qwen", "qwen_coder", "qwen_xml", "step3",
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class TokenizerConfig:
     """gRPC mode: the gateway templates and tokenizes; engines see only token ids."""
@@ -211,11 +223,14 @@ class TokenizerConfig:
     )
     tokenizer_cache_l1_max_memory: int = knob(52_428_800, "Bytes the L1 cache may hold.")
     reasoning_parser: str | None = knob(
-        None, "Reasoning format (deepseek_r1, qwen3, kimi, ...); default: detected from the model."
+        None,
+        "Reasoning format (deepseek_r1, qwen3, kimi, ...); default: detected from the model.",
+        choices=REASONING_PARSER_NAMES,
     )
     tool_call_parser: str | None = knob(
         None,
         "Tool-call format (json, qwen, llama, mistral, ...); default: detected from the model.",
+        choices=TOOL_CALL_PARSER_NAMES,
     )
 
 

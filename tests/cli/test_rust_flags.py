@@ -117,6 +117,8 @@ def test_several_unsupported_flags_are_all_named(capsys: pytest.CaptureFixture[s
         (["--history-backend", "oracle"], "--history-backend oracle"),
         (["--policy", "passthrough"], "--policy passthrough"),
         (["--decode-policy=passthrough"], "--decode-policy passthrough"),
+        (["--tool-call-parser", "qwen3"], "--tool-call-parser qwen3"),  # smg's is `qwen`
+        (["--reasoning-parser", "kimi_k25"], "--reasoning-parser kimi_k25"),
     ],
 )
 def test_values_smg_lacks_are_refused_by_name(
@@ -243,7 +245,8 @@ def test_help_lists_the_unsupported_flags_after_the_served_ones(
     listed = flat[flat.index("not supported yet (issue 12)") :]
     for flag in NOT_YET_FLAGS:
         assert re.search(rf"{re.escape(flag)}[,.) ]", listed), flag
-    assert "--history-backend oracle" in listed and "--policy passthrough" in listed
+    assert "--history-backend oracle;" in listed and "--policy passthrough;" in listed
+    assert "--tool-call-parser deepseek32, deepseek_v4," in listed
     # hidden from the usage line and the served options: listed once, in their sections
     assert flat.count("--enable-igw") == 1
 
@@ -310,3 +313,29 @@ def test_the_rust_gateways_serve_command_is_refused_by_name(
     assert rust_commands is not None and rust_commands.group(1).split(",") == ["launch", "serve"]
     err = refusal(["serve", "--model-path", "m"], capsys)
     assert err == "smg: error: smg serve is not supported yet\n"
+
+
+def test_parser_names_are_smgs_parsers_and_the_rest_of_the_rust_gateways() -> None:
+    """A format smg lacks is refused by name, never run as passthrough; a name the Rust gateway
+    lacks too is argparse's invalid choice."""
+    from smg.config.serving import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
+    from smg.pipeline.parsers import REASONING_PARSERS, TOOL_PARSERS
+
+    assert set(REASONING_PARSER_NAMES) == set(REASONING_PARSERS)
+    assert set(TOOL_CALL_PARSER_NAMES) == set(TOOL_PARSERS)
+    for flag, served in (
+        ("--reasoning-parser", REASONING_PARSER_NAMES),
+        ("--tool-call-parser", TOOL_CALL_PARSER_NAMES),
+    ):
+        metavar = next(m for names, m in OPTIONS if flag in names)
+        rust = set(metavar[1:-1].split(","))
+        assert set(served) | set(NOT_YET_VALUES[flag]) == rust
+        assert not set(served) & set(NOT_YET_VALUES[flag])
+    cfg = gateway_config_from(
+        parse(["--tool-call-parser", "qwen", "--reasoning-parser", "qwen3"])[1]
+    )
+    assert (cfg.tokenizer.tool_call_parser, cfg.tokenizer.reasoning_parser) == ("qwen", "qwen3")
+
+
+def test_a_parser_name_nobody_has_is_an_invalid_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "invalid choice: 'qwen9'" in refusal(["--tool-call-parser", "qwen9"], capsys)

@@ -117,9 +117,10 @@ def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str)
         names = [flag, *f.metadata.get("aliases", ())]
         dest = f"{dest_prefix}{f.name}"
         kind, _optional = _base_type(hints[f.name])
-        env = os.environ.get(_env_name(flag))
+        env_names = (_env_name(flag), *f.metadata.get("env_aliases", ()))
+        env = next((os.environ[n] for n in env_names if n in os.environ), None)
         default: Any = f.default
-        help_text = f"{f.metadata['help']} (default: {default!r}; env {_env_name(flag)})"
+        help_text = f"{f.metadata['help']} (default: {default!r}; env {' or '.join(env_names)})"
         help_text = help_text.replace("%", "%%")  # argparse %-formats help: a literal 90% stays
         if kind is bool:
             if env is not None:

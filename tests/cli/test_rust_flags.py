@@ -339,3 +339,18 @@ def test_parser_names_are_smgs_parsers_and_the_rest_of_the_rust_gateways() -> No
 
 def test_a_parser_name_nobody_has_is_an_invalid_choice(capsys: pytest.CaptureFixture[str]) -> None:
     assert "invalid choice: 'qwen9'" in refusal(["--tool-call-parser", "qwen9"], capsys)
+
+
+def test_the_rust_gateways_storage_env_vars_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its --help names them (`env: POSTGRES_DB_URL`, ...): SMG_<FLAG> wins, a flag over both."""
+    monkeypatch.setenv("POSTGRES_DB_URL", "postgresql://u:p@db/smg")
+    monkeypatch.setenv("POSTGRES_POOL_MAX", "3")
+    monkeypatch.setenv("REDIS_RETENTION_DAYS", "-1")
+    monkeypatch.setenv("REDIS_OP_TIMEOUT_SECS", "2")
+    st = gateway_config_from(parse([])[1]).storage
+    assert st.postgres_db_url == "postgresql://u:p@db/smg" and st.postgres_pool_max_size == 3
+    assert st.redis_retention_days == -1 and st.history_timeout_secs == 2
+    monkeypatch.setenv("SMG_POSTGRES_POOL_MAX_SIZE", "5")
+    assert gateway_config_from(parse([])[1]).storage.postgres_pool_max_size == 5
+    st = gateway_config_from(parse(["--postgres-pool-max", "7"])[1]).storage
+    assert st.postgres_pool_max_size == 7

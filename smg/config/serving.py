@@ -66,7 +66,7 @@ class PdConfig:
         nargs="append+",
     )
     decode: tuple[str, ...] = knob(
-        (), "Decode worker URL; repeat the flag for more.", nargs="append+"
+        (), "Decode worker URL; repeat the flag for more.", nargs="append"
     )
     prefill_policy: str | None = knob(
         None, "Policy choosing the prefill worker (default: --policy).", choices=POLICIES

@@ -198,6 +198,22 @@ def test_repeatable_flags_add_up_as_in_the_rust_gateway() -> None:
     assert cfg.tls.ca_cert_paths == ("a.pem", "b.pem")
 
 
+def test_pd_workers_take_their_values_as_in_the_rust_gateway(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--prefill URL [BOOTSTRAP_PORT|none]` and `--decode URL`, each repeatable."""
+    argv = [
+        "--pd-disaggregation",
+        "--prefill", "http://p1:8000", "9000", "--prefill", "http://p2:8000",
+        "--decode", "http://d1:8001", "--decode", "http://d2:8001",
+    ]  # fmt: skip
+    pd = gateway_config_from(parse(argv)[1]).pd
+    assert pd.prefill == ("http://p1:8000 9000", "http://p2:8000")
+    assert pd.decode == ("http://d1:8001", "http://d2:8001")
+    err = refusal(["--decode", "http://d1:8001", "http://d2:8001"], capsys)
+    assert "unrecognized arguments: http://d2:8001" in err  # one URL per --decode, as there
+
+
 def test_control_plane_keys_from_the_environment_keep_their_blanks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

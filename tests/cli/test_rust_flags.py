@@ -370,3 +370,13 @@ def test_the_rust_gateways_storage_env_vars_are_read(monkeypatch: pytest.MonkeyP
     assert gateway_config_from(parse([])[1]).storage.postgres_pool_max_size == 5
     st = gateway_config_from(parse(["--postgres-pool-max", "7"])[1]).storage
     assert st.postgres_pool_max_size == 7
+
+
+def test_the_entry_point_refuses_a_dstack_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`smg` itself (smg.cli.main, what the console script runs): exit 2 before anything starts."""
+    from smg.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--enable-igw", "--history-backend", "postgres", "--port", "8000"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == "smg launch: error: --enable-igw is not supported yet\n"

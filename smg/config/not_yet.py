@@ -185,7 +185,7 @@ NOT_YET_VALUES: dict[str, tuple[str, ...]] = {
 
 
 def not_yet_message(given: list[str]) -> str:
-    """`--a is not supported yet`; more than one: the first, then the others."""
-    first, rest = given[0], given[1:]
+    """`--a is not supported yet`; more than one: the first, then the others (each once)."""
+    first, *rest = dict.fromkeys(given)
     more = f" (nor {', '.join(rest)})" if rest else ""
     return f"{first} is not supported yet{more}"

@@ -104,7 +104,7 @@ def test_a_dstack_style_command_line_names_the_unsupported_flag(
 
 
 def test_several_unsupported_flags_are_all_named(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--dp-aware", "--port", "1", "--model-alias", "a=b", "--sticky-sessions"]
+    argv = ["--dp-aware", "--port", "1", "--model-alias", "a=b", "--sticky-sessions", "--dp-aware"]
     assert refusal(argv, capsys) == (
         "smg launch: error: --dp-aware is not supported yet "
         "(nor --model-alias, --sticky-sessions)\n"

@@ -380,3 +380,12 @@ def test_the_entry_point_refuses_a_dstack_command_line(capsys: pytest.CaptureFix
         main(["--enable-igw", "--history-backend", "postgres", "--port", "8000"])
     assert info.value.code == 2
     assert capsys.readouterr().err == "smg launch: error: --enable-igw is not supported yet\n"
+
+
+def test_the_flag_table_for_the_closing_note() -> None:
+    from cli.flag_table import flag_table
+
+    rows = flag_table()
+    assert len(rows) == 2 + 212 + 1 and rows[-1].endswith("96 of 212 served, 116 not yet.")
+    assert "| `--enable-igw` | not yet (issue 13) |" in rows
+    assert "| `--cache-threshold`, `--cache-match-threshold` | served |" in rows

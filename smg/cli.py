@@ -9,13 +9,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
+import textwrap
 import types
 import typing
 from collections.abc import Sequence
 from typing import Any
 
 from smg.config import ConfigError, GatewayConfig, SimConfig, replace_path
+from smg.config.not_yet import ANY, NOT_YET, NOT_YET_VALUES, ONE, SOME, NotYet, not_yet_message
 from smg.process import run_until_signal, until_stopped
 
 COMMANDS = ("launch", "node", "sim", "dev")
@@ -65,6 +68,46 @@ class _Extend(argparse.Action):
         setattr(namespace, self.dest, (*kept, *values))
 
 
+NOT_YET_DEST = "_not_yet"
+
+
+def _note_not_yet(namespace: argparse.Namespace, given: str) -> None:
+    seen = getattr(namespace, NOT_YET_DEST, None) or []
+    setattr(namespace, NOT_YET_DEST, [*seen, given])
+
+
+class _NotYetFlag(argparse.Action):
+    """A Rust-gateway flag smg does not serve yet: its values are consumed as the Rust
+    gateway's parser would, and the flag is noted so `parse` can refuse it by name."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        _note_not_yet(namespace, option_string or self.option_strings[0])
+
+
+class _StoreServedValue(argparse.Action):
+    """A served flag whose choices include values smg does not serve yet (`--history-backend
+    oracle`): those are noted for `parse` to refuse; the rest are stored."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        flag = option_string or self.option_strings[0]
+        if values in NOT_YET_VALUES.get(self.option_strings[0], ()):
+            _note_not_yet(namespace, f"{flag} {values}")
+            return
+        setattr(namespace, self.dest, values)
+
+
 def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str) -> None:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -74,9 +117,10 @@ def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str)
         names = [flag, *f.metadata.get("aliases", ())]
         dest = f"{dest_prefix}{f.name}"
         kind, _optional = _base_type(hints[f.name])
-        env = os.environ.get(_env_name(flag))
+        env_names = (_env_name(flag), *f.metadata.get("env_aliases", ()))
+        env = next((os.environ[n] for n in env_names if n in os.environ), None)
         default: Any = f.default
-        help_text = f"{f.metadata['help']} (default: {default!r}; env {_env_name(flag)})"
+        help_text = f"{f.metadata['help']} (default: {default!r}; env {' or '.join(env_names)})"
         help_text = help_text.replace("%", "%%")  # argparse %-formats help: a literal 90% stays
         if kind is bool:
             if env is not None:
@@ -84,6 +128,12 @@ def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str)
             parser.add_argument(
                 *names, dest=dest, action="store_true", default=default, help=help_text
             )
+            for negation in f.metadata.get("negations", ()):
+                # the Rust gateway's opposite switch (`--control-plane-audit-enabled`), same dest
+                parser.add_argument(
+                    negation, dest=dest, action="store_false", default=default,
+                    help=f"Undoes {flag} (the Rust gateway's switch; already the default).",
+                )  # fmt: skip
             continue
         if kind is tuple and f.metadata.get("nargs") == "append":
             # `--flag VALUE`, repeatable (values may hold spaces); the env var is comma-separated
@@ -98,9 +148,12 @@ def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str)
             )
             continue
         if kind is tuple:
-            if env is not None:
+            nargs = f.metadata.get("nargs")
+            if env is not None and nargs == "extend_csv":  # values may hold spaces
+                default = tuple(v.strip() for v in env.split(",") if v.strip())
+            elif env is not None:
                 default = tuple(env.replace(",", " ").split())
-            repeatable = f.metadata.get("nargs") == "extend"  # `--flag A --flag B`
+            repeatable = nargs in ("extend", "extend_csv")  # `--flag A B --flag C`
             parser.add_argument(
                 *names,
                 dest=dest,
@@ -112,12 +165,15 @@ def add_section(parser: argparse._ActionsContainer, cls: type, dest_prefix: str)
             continue
         if env is not None:
             default = kind(env)
+        choices = f.metadata.get("choices")
+        not_yet = NOT_YET_VALUES.get(flag, ())
         parser.add_argument(
             *names,
             dest=dest,
             type=kind,
             default=default,
-            choices=f.metadata.get("choices"),
+            choices=(*choices, *not_yet) if choices and not_yet else choices,
+            action=_StoreServedValue if not_yet else "store",
             help=help_text,
         )
 
@@ -139,6 +195,46 @@ def add_gateway_flags(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(f.name)
         section_cls = typing.get_type_hints(GatewayConfig)[f.name]
         add_section(group, section_cls, f"{f.name}.")
+    add_not_yet_flags(parser)
+
+
+_NARGS = {ONE: None, ANY: "*", SOME: "+"}
+
+
+def _issue_title(issue: int | None) -> str:
+    return f"not supported yet (issue {issue})" if issue else "not supported yet (no issue yet)"
+
+
+def _with_aliases(row: NotYet) -> str:
+    return f"{row.flag} ({', '.join(row.aliases)})" if row.aliases else row.flag
+
+
+def add_not_yet_flags(parser: argparse.ArgumentParser) -> None:
+    """The NOT_YET table as hidden arguments, listed by issue after the served flags."""
+    by_issue: dict[int | None, list[NotYet]] = {}
+    for row in NOT_YET:
+        by_issue.setdefault(row.issue, []).append(row)
+        parser.add_argument(
+            row.flag,
+            *row.aliases,
+            dest=NOT_YET_DEST,
+            action=_NotYetFlag,
+            nargs=_NARGS.get(row.takes, 0),
+            type=row.type,
+            choices=row.choices,
+            default=None,
+            help=argparse.SUPPRESS,
+        )
+    parser.add_argument_group(
+        "the Rust gateway's flags that smg does not serve yet",
+        "They parse as in the Rust gateway, then the command exits 2 with `--flag is not "
+        "supported yet`. By the issue that will serve them:",
+    )
+    for issue in sorted(by_issue, key=lambda i: (i is None, i or 0)):
+        names = ", ".join(_with_aliases(r) for r in by_issue[issue])
+        parser.add_argument_group(_issue_title(issue), f"{names}.")
+    values = "; ".join(f"{flag} {', '.join(vs)}" for flag, vs in NOT_YET_VALUES.items())
+    parser.add_argument_group("values not supported yet", f"{values}.")
 
 
 def gateway_config_from(ns: argparse.Namespace) -> GatewayConfig:
@@ -150,13 +246,33 @@ def gateway_config_from(ns: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(**sections)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's, except that lines never break inside a `--flag-name` (at its hyphens)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = re.sub(r"\s+", " ", text).strip()
+        return textwrap.wrap(text, width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        text = re.sub(r"\s+", " ", text).strip()
+        return textwrap.fill(
+            text, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
+        )
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smg", description="smg: an LLM model gateway")
+    parser = argparse.ArgumentParser(
+        prog="smg", description="smg: an LLM model gateway", formatter_class=_HelpFormatter
+    )
     sub = parser.add_subparsers(dest="command")
-    launch = sub.add_parser("launch", help="Run the gateway (the default command)")
+    launch = sub.add_parser(
+        "launch", help="Run the gateway (the default command)", formatter_class=_HelpFormatter
+    )
     add_gateway_flags(launch)
     node = sub.add_parser(
-        "node", help="Run the gateway as a mesh node: `smg node --join HOST:PORT[,HOST:PORT]`"
+        "node",
+        help="Run the gateway as a mesh node: `smg node --join HOST:PORT[,HOST:PORT]`",
+        formatter_class=_HelpFormatter,
     )
     add_gateway_flags(node)
     sim = sub.add_parser("sim", help="Run a simulated worker (HTTP) or engine (--grpc)")
@@ -179,12 +295,24 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the Rust gateway's other commands: known, refused by name (exit 2) rather than read as flags
+NOT_YET_COMMANDS = ("serve",)
+
+
 def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
     args = list(argv)
+    if args and args[0] in NOT_YET_COMMANDS:
+        print(f"smg: error: smg {args[0]} is not supported yet", file=sys.stderr)
+        raise SystemExit(2)
     if not args or args[0] not in (*COMMANDS, "-h", "--help"):
         args = ["launch", *args]
     ns = make_parser().parse_args(args)
-    return ns.command or "launch", ns
+    command = ns.command or "launch"
+    not_yet = getattr(ns, NOT_YET_DEST, None)
+    if not_yet:  # one line naming the flag, as argparse's own errors (exit 2)
+        print(f"smg {command}: error: {not_yet_message(not_yet)}", file=sys.stderr)
+        raise SystemExit(2)
+    return command, ns
 
 
 def main(argv: Sequence[str] | None = None) -> int:

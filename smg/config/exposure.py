@@ -32,9 +32,9 @@ class AuthConfig:
     )
     control_plane_api_keys: tuple[str, ...] = knob(
         (),
-        "Control-plane key ID:NAME:ROLE:KEY, ROLE admin or user (repeat the flag): admin reaches "
-        "/workers, /mesh/*, ...; any role reads /metrics.",
-        nargs="append",
+        "Control-plane keys ID:NAME:ROLE:KEY, ROLE admin or user (several after the flag, or "
+        "repeat it): admin reaches /workers, /mesh/*, ...; any role reads /metrics.",
+        nargs="extend_csv",
     )
     jwt_issuer: str | None = knob(
         None, "OIDC issuer (iss) of control-plane JWTs; needs --jwt-audience."
@@ -50,11 +50,14 @@ class AuthConfig:
     )
     jwt_role_mapping: tuple[str, ...] = knob(
         (),
-        "IDP_ROLE=admin|user (repeat the flag). Without any, claim values admin/user count as is.",
-        nargs="append",
+        "IDP_ROLE=admin|user (several after the flag, or repeat it). Without any, claim values "
+        "admin/user count as is.",
+        nargs="extend_csv",
     )
     disable_audit_logging: bool = knob(
-        False, "Log no control_plane_audit line per control-plane request."
+        False,
+        "Log no control_plane_audit line per control-plane request.",
+        negations=("--control-plane-audit-enabled",),
     )
     trust_tenant_header: bool = knob(
         False,
@@ -71,7 +74,7 @@ class AuthConfig:
         (),
         "Browser origins (scheme://host[:port]) allowed cross-origin: they get CORS headers and "
         "pass the cross-site check (keyless requests and the control plane refuse other origins).",
-        nargs="*",
+        nargs="extend",
     )
 
 
@@ -117,7 +120,8 @@ class LimitsConfig:
         10.0,
         "A new connection must bring its first request's headers whole within this long, a kept-"
         "alive one within this long of a request's first byte; else it is closed (slowloris). "
-        "0: off.",
+        "0: off. (--header-read-timeout-secs: the Rust gateway's name.)",
+        aliases=("--header-read-timeout-secs",),
     )
     body_timeout_secs: float = knob(
         30.0,
@@ -127,7 +131,9 @@ class LimitsConfig:
     keepalive_timeout_secs: float = knob(
         75.0,
         "An idle keep-alive connection is closed after this long (longer than the usual load "
-        "balancer's 60 s idle timeout, so the balancer closes first).",
+        "balancer's 60 s idle timeout, so the balancer closes first). "
+        "(--idle-connection-timeout-secs: the Rust gateway's name; it must be > 0 here.)",
+        aliases=("--idle-connection-timeout-secs",),
     )
     write_timeout_secs: float = knob(
         30.0,

@@ -20,9 +20,27 @@ def knob(
     aliases: tuple[str, ...] = (),
     choices: tuple[str, ...] | None = None,
     nargs: str | None = None,
+    negations: tuple[str, ...] = (),
+    env_aliases: tuple[str, ...] = (),
 ) -> Any:
-    """A config field with its CLI metadata. Mutable defaults must be tuples."""
-    meta = {"help": help, "flag": flag, "aliases": aliases, "choices": choices, "nargs": nargs}
+    """A config field with its CLI metadata. Mutable defaults must be tuples.
+
+    `aliases` are other names of the flag (the Rust gateway's where they differ); `negations`
+    are switches that set a bool knob back to False; `env_aliases` are the Rust gateway's
+    environment variables for the knob, read when `SMG_<FLAG>` is unset. `nargs` of a tuple
+    knob: "*" (`--flag A B`, the last occurrence wins), "extend" (`--flag A B --flag C` adds up;
+    the env var splits on commas and blanks), "extend_csv" (the same, but the env var splits on
+    commas only, so values may hold blanks), "append" (`--flag A --flag B`, one value each),
+    "append+" (`--flag A B`, repeatable, each occurrence one space-joined entry)."""
+    meta = {
+        "help": help,
+        "flag": flag,
+        "aliases": aliases,
+        "choices": choices,
+        "nargs": nargs,
+        "negations": negations,
+        "env_aliases": env_aliases,
+    }
     return field(default=default, metadata=meta)
 
 

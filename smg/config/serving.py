@@ -48,7 +48,9 @@ class ServerConfig:
 @dataclass(frozen=True, slots=True)
 class WorkersConfig:
     worker_urls: tuple[str, ...] = knob(
-        (), "Workers to front (http://host:port); more can be added at /workers.", nargs="*"
+        (),
+        "Workers to front (http://host:port; repeatable); more can be added at /workers.",
+        nargs="extend",
     )
 
 
@@ -64,7 +66,7 @@ class PdConfig:
         nargs="append+",
     )
     decode: tuple[str, ...] = knob(
-        (), "Decode worker URL; repeat the flag for more.", nargs="append+"
+        (), "Decode worker URL; repeat the flag for more.", nargs="append"
     )
     prefill_policy: str | None = knob(
         None, "Policy choosing the prefill worker (default: --policy).", choices=POLICIES
@@ -83,10 +85,14 @@ class RoutingConfig:
         aliases=("--cache-match-threshold",),
     )
     balance_abs_threshold: int = knob(
-        64, "cache_aware: max-min load gap (requests) that, with the ratio, means imbalance."
+        64,
+        "cache_aware: max-min load gap (requests) that, with the ratio, means imbalance.",
+        aliases=("--spill-abs-threshold",),
     )
     balance_rel_threshold: float = knob(
-        1.5, "cache_aware: max/min load ratio that, with the gap, routes to the least loaded."
+        1.5,
+        "cache_aware: max/min load ratio that, with the gap, routes to the least loaded.",
+        aliases=("--spill-rel-threshold",),
     )
     eviction_interval_secs: float = knob(
         60.0,
@@ -182,6 +188,18 @@ class HealthConfig:
     )
 
 
+# The parser formats smg implements (smg.pipeline.parsers; a test keeps the two in step). The
+# Rust gateway's other names parse and are refused as not supported yet (config/not_yet.py).
+REASONING_PARSER_NAMES = (
+    "cohere_cmd", "deepseek_r1", "glm45", "kimi", "minimax", "nano_v3", "passthrough", "qwen3",
+    "qwen3_thinking", "step3",
+)  # fmt: skip
+TOOL_CALL_PARSER_NAMES = (
+    "cohere", "deepseek", "deepseek31", "glm45_moe", "glm47_moe", "json", "kimik2", "llama",
+    "minimax_m2", "mistral", "passthrough", "pythonic", "qwen", "qwen_coder", "qwen_xml", "step3",
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class TokenizerConfig:
     """gRPC mode: the gateway templates and tokenizes; engines see only token ids."""
@@ -205,11 +223,14 @@ class TokenizerConfig:
     )
     tokenizer_cache_l1_max_memory: int = knob(52_428_800, "Bytes the L1 cache may hold.")
     reasoning_parser: str | None = knob(
-        None, "Reasoning format (deepseek_r1, qwen3, kimi, ...); default: detected from the model."
+        None,
+        "Reasoning format (deepseek_r1, qwen3, kimi, ...); default: detected from the model.",
+        choices=REASONING_PARSER_NAMES,
     )
     tool_call_parser: str | None = knob(
         None,
         "Tool-call format (json, qwen, llama, mistral, ...); default: detected from the model.",
+        choices=TOOL_CALL_PARSER_NAMES,
     )
 
 
@@ -247,7 +268,7 @@ class MeshNodeConfig:
     )
     mesh_port: int = knob(39527, "Mesh port (UDP gossip and TCP state sync share it).")
     mesh_peer_urls: tuple[str, ...] = knob(
-        (), "Peers to join (host:port).", aliases=("--join",), nargs="*"
+        (), "Peers to join (host:port; repeatable).", aliases=("--join",), nargs="extend"
     )
     cluster_key: str | None = knob(
         None,

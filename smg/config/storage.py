@@ -25,17 +25,37 @@ class StorageConfig:
         256 * 1024 * 1024, "memory backend: most bytes of stored JSON kept (256 MiB)."
     )
     history_timeout_secs: float = knob(
-        5.0, "Deadline of one storage call; past it the request gets an explicit error."
+        5.0,
+        "Deadline of one storage call; past it the request gets an explicit error "
+        "(--postgres-op-timeout-secs, --redis-op-timeout-secs: the Rust gateway's names).",
+        aliases=("--postgres-op-timeout-secs", "--redis-op-timeout-secs"),
+        env_aliases=("POSTGRES_OP_TIMEOUT_SECS", "REDIS_OP_TIMEOUT_SECS"),
     )
     sqlite_path: str | None = knob(None, "sqlite backend: the database file (created if absent).")
     postgres_db_url: str | None = knob(
-        None, "postgres backend: connection URL (postgresql://user:pass@host:port/db)."
+        None,
+        "postgres backend: connection URL (postgresql://user:pass@host:port/db).",
+        env_aliases=("POSTGRES_DB_URL",),
     )
-    postgres_pool_max_size: int = knob(16, "postgres backend: most pooled connections.")
-    redis_url: str | None = knob(None, "redis backend: connection URL (redis://host:port/db).")
-    redis_pool_max_size: int = knob(16, "redis backend: most pooled connections.")
+    postgres_pool_max_size: int = knob(
+        16,
+        "postgres backend: most pooled connections.",
+        aliases=("--postgres-pool-max",),
+        env_aliases=("POSTGRES_POOL_MAX",),
+    )
+    redis_url: str | None = knob(
+        None, "redis backend: connection URL (redis://host:port/db).", env_aliases=("REDIS_URL",)
+    )
+    redis_pool_max_size: int = knob(
+        16,
+        "redis backend: most pooled connections.",
+        aliases=("--redis-pool-max",),
+        env_aliases=("REDIS_POOL_MAX",),
+    )
     redis_retention_days: int = knob(
-        30, "redis backend: days a stored record lives (a TTL); -1 keeps records forever."
+        30,
+        "redis backend: days a stored record lives (a TTL); -1 keeps records forever.",
+        env_aliases=("REDIS_RETENTION_DAYS",),
     )
     max_background_responses: int = knob(
         64,

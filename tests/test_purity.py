@@ -22,6 +22,8 @@ PURE = [
     ROOT / "pipeline" / "responses_replay.py",
     ROOT / "pipeline" / "responses_mcp.py",
     ROOT / "pipeline" / "responses_rounds.py",
+    ROOT / "pipeline" / "messages_request.py",
+    ROOT / "pipeline" / "messages_output.py",
     ROOT / "pipeline" / "chat_answer.py",
     ROOT / "pipeline" / "detokenize.py",
     ROOT / "pipeline" / "stop.py",

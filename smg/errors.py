@@ -166,7 +166,7 @@ def missing_api_key() -> ApiError:
     return ApiError(
         401,
         "invalid_api_key",
-        "Missing API key: send it as `Authorization: Bearer <key>`",
+        "Missing API key: send it as `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
         type="invalid_request_error",
     )
 

@@ -239,3 +239,22 @@ def test_count_tokens_matches_the_prompt_of_an_answer(setup: Setup) -> None:
         model=MODEL, system="Be brief.", messages=messages, tools=[WEATHER]
     )
     assert with_tools.input_tokens > counted.input_tokens
+
+
+def test_a_keyed_gateway_takes_the_sdks_x_api_key(module_launch: Launcher, setup: Setup) -> None:
+    gw = module_launch.gateway(
+        [setup.engine], api_key="sk-test", tokenizer_path=qwen3_tokenizer_dir()
+    )
+    args: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "SIM_REPLY: Hi."}],
+    }
+    with anthropic.Anthropic(base_url=gw.url, api_key="sk-test", max_retries=0) as client:
+        assert client.messages.create(**args).content[0].type == "text"
+    with anthropic.Anthropic(base_url=gw.url, api_key="wrong", max_retries=0) as client:
+        with pytest.raises(anthropic.AuthenticationError) as info:
+            client.messages.create(**args)
+    body = info.value.body
+    assert isinstance(body, dict) and body["error"]["type"] == "authentication_error"
+    assert "wrong" not in info.value.message

@@ -16,7 +16,8 @@ an HTTP worker gets as it is:
     thinking enabled / disabled / absent → chat_template_kwargs `enable_thinking` true / false
     stop_sequences, temperature, top_p, top_k, max_tokens → the chat body's sampling fields
 
-`image` and `document` blocks, server tools and redacted thinking are refused (400).
+`image` and `document` blocks, server tools, redacted thinking and a final assistant turn (a
+prefill the model would continue) are refused (400).
 `cache_control` (on the request or a block) is accepted: the gateway's prefix caching needs no
 marks.
 """
@@ -183,6 +184,10 @@ def _turns(raw: Any) -> list[dict[str, Any]]:
         raise errors.invalid_type("'messages' must be an array", param="messages")
     if not raw:
         raise errors.empty_array("messages", "message")
+    last = raw[-1]
+    if isinstance(last, dict) and last.get("role") == "assistant":
+        # the model would continue that turn; the chat template closes it and starts a new one
+        raise unsupported(f"messages.{len(raw) - 1}", "A final assistant turn (prefill)")
     out: list[dict[str, Any]] = []
     for i, msg in enumerate(raw):
         where = f"messages.{i}"

@@ -167,6 +167,15 @@ def test_tool_choice_kinds(kind: str, expected: str) -> None:
             "messages.0.content.0",
         ),
         ({"system": [{"type": "image"}]}, "system.0"),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "x"},
+                    {"role": "assistant", "content": "The answer is"},
+                ]
+            },
+            "messages.1",
+        ),
     ],
 )
 def test_bad_fields_are_refused_by_name(fields: dict[str, Any], param: str) -> None:

@@ -12,20 +12,13 @@ from typing import Any
 
 import anthropic
 import pytest
-from support.responses_cases import QWEN_REPLY
+from support.messages_cases import THINK_AND_CALL, THINKING, WEATHER, think_and_call
 
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 from .conftest import Engine, Gateway, Launcher, http
 
 MODEL = "Qwen3-8B-sim"
-THINK_AND_CALL = f"SIM_REPLY: {QWEN_REPLY}"
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather for a city.",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-THINKING = {"type": "enabled", "budget_tokens": 1024}
 
 
 @dataclass
@@ -70,13 +63,7 @@ def test_a_text_answer(setup: Setup) -> None:
 
 
 def test_the_streamed_message_equals_the_whole_one(setup: Setup) -> None:
-    kwargs: dict[str, Any] = {
-        "model": MODEL,
-        "max_tokens": 2000,
-        "messages": [{"role": "user", "content": THINK_AND_CALL}],
-        "tools": [WEATHER],
-        "thinking": THINKING,
-    }
+    kwargs = think_and_call(MODEL)
     whole = setup.client.messages.create(**kwargs)
     kinds: list[str] = []
     text: list[str] = []
@@ -94,13 +81,7 @@ def test_the_streamed_message_equals_the_whole_one(setup: Setup) -> None:
 
 
 def test_thinking_and_a_tool_use(setup: Setup) -> None:
-    msg = setup.client.messages.create(
-        model=MODEL,
-        max_tokens=2000,
-        messages=[{"role": "user", "content": THINK_AND_CALL}],
-        tools=[WEATHER],
-        thinking=THINKING,
-    )
+    msg = setup.client.messages.create(**think_and_call(MODEL))
     assert [b.type for b in msg.content] == ["thinking", "text", "tool_use"]
     thinking, text, call = msg.content
     assert thinking.type == "thinking" and thinking.thinking == "The user wants the weather."
@@ -122,13 +103,7 @@ def test_without_thinking_no_thinking_block(setup: Setup) -> None:
 
 def test_a_tool_result_second_turn(setup: Setup) -> None:
     question = {"role": "user", "content": "What is the weather in Oslo?"}
-    first = setup.client.messages.create(
-        model=MODEL,
-        max_tokens=2000,
-        messages=[{"role": "user", "content": THINK_AND_CALL}],
-        tools=[WEATHER],
-        thinking=THINKING,
-    )
+    first = setup.client.messages.create(**think_and_call(MODEL))
     call = first.content[2]
     assert call.type == "tool_use"
     second = setup.client.messages.create(

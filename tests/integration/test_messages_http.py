@@ -10,17 +10,11 @@ from typing import Any
 
 import anthropic
 import pytest
-from support.responses_cases import QWEN_REPLY
+from support.messages_cases import WEATHER, think_and_call
 
 from .conftest import Launcher, Sim
 
 MODEL = "http-only-model"
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather for a city.",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-THINKING = {"type": "enabled", "budget_tokens": 1024}
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +36,7 @@ def comparable(message: Any) -> dict[str, Any]:
 
 
 def test_a_tool_use_round_trip_whole_and_streamed_alike(client: anthropic.Anthropic) -> None:
-    kwargs: dict[str, Any] = {
-        "model": MODEL,
-        "max_tokens": 2000,
-        "messages": [{"role": "user", "content": f"SIM_REPLY: {QWEN_REPLY}"}],
-        "tools": [WEATHER],
-        "thinking": THINKING,
-    }
+    kwargs = think_and_call(MODEL)
     whole = client.messages.create(**kwargs)
     assert [b.type for b in whole.content] == ["thinking", "text", "tool_use"]
     thinking, text, call = whole.content

@@ -13,6 +13,7 @@ import pytest
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
+from support.messages_cases import THINKING, WEATHER
 from support.responses_cases import QWEN_REPLY
 
 from smg.errors import ApiError
@@ -25,12 +26,6 @@ from smg.pipeline.parser_choice import ParserChoice, tool_choice
 from smg.pipeline.parsers.types import CallDelta, ParseDelta
 
 EVENTS = TypeAdapter(RawMessageStreamEvent)
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather for a city.",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-THINKING = {"type": "enabled", "budget_tokens": 1024}
 
 
 def decode(ids: Sequence[int], skip_special_tokens: bool = True) -> str:

@@ -6,15 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.messages_cases import WEATHER
 
 from smg.errors import ApiError, anthropic_body
 from smg.pipeline.messages_request import chat_body, parse_messages
-
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather for a city.",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
 
 
 def body(**fields: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from smg.api.requests import new_request_id, request_id_of
 from smg.core.auth import AuthError, JwtCheck, RouteClass
 from smg.core.auth_keys import Principal
 from smg.flow.admission import Admission
+from smg.flow.render import ROUTED_WORKER_HEADER
 from smg.metrics import Metrics
 
 log = structlog.get_logger("smg.gateway")
@@ -67,6 +68,31 @@ def anthropic_route(path: str) -> bool:
     return path == "/v1/messages" or path.startswith("/v1/messages/")
 
 
+def relayed_in_anthropic_shape(resp: web.StreamResponse, request_id: str) -> web.StreamResponse:
+    """An HTTP worker's error answer relayed on a Messages route (the worker speaks OpenAI's
+    error shape: `{"error": {"message", "code", ...}}`), said again in Anthropic's shape with
+    its status and words. Anything else is left as it is."""
+    body = resp.body if isinstance(resp, web.Response) and not resp.prepared else None
+    if not isinstance(body, bytes | bytearray):  # (a relayed body is the bytearray read)
+        return resp
+    try:
+        said = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return resp
+    err = said.get("error") if isinstance(said, dict) else None
+    if not isinstance(err, dict) or not isinstance(err.get("message"), str):
+        return resp
+    code = err.get("code")
+    code = code if isinstance(code, str) and code else "upstream_error"
+    shaped = error_response(
+        errors.ApiError(resp.status, code, err["message"]), request_id, anthropic=True
+    )
+    for name in (ROUTED_WORKER_HEADER, "Retry-After"):
+        if name in resp.headers:
+            shaped.headers[name] = resp.headers[name]
+    return shaped
+
+
 def edge_middleware(gate: AuthGate, metrics: Metrics) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -91,6 +117,8 @@ def edge_middleware(gate: AuthGate, metrics: Metrics) -> Any:
             elif cls is None:
                 pre = gate.preflight(request)  # CORS, from an allowed origin
             resp = await handler(request) if pre is None else pre
+            if resp.status >= 400 and anthropic_route(path):
+                resp = relayed_in_anthropic_shape(resp, rid)
             status = resp.status
         except errors.ApiError as err:
             resp = error_response(

@@ -84,3 +84,24 @@ def test_max_tokens_and_count_tokens_without_a_tokenizer(client: anthropic.Anthr
     body = info.value.body
     assert isinstance(body, dict) and body["error"]["type"] == "invalid_request_error"
     assert "tokenizer" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_worker_error_reaches_the_client_in_anthropics_shape(
+    client: anthropic.Anthropic, sim: Sim, stream: bool
+) -> None:
+    sim.configure(status_override=400)
+    try:
+        with pytest.raises(anthropic.BadRequestError) as info:
+            client.messages.create(
+                model=MODEL,
+                max_tokens=10,
+                messages=[{"role": "user", "content": "hi"}],
+                stream=stream,
+            )
+    finally:
+        sim.configure(status_override=None)
+    body = info.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"] == {"type": "invalid_request_error", "message": "Simulated status 400"}
+    assert info.value.response.headers["X-SMG-Error-Code"] == "sim_status_override"

@@ -145,6 +145,7 @@ class MessagesShaper:
             if step.finish_reason is not None:
                 state.done = True
                 state.finish_reason = step.finish_reason
+                state.matched_stop = step.matched_stop
 
     # --- the machine -----------------------------------------------------------------------------
     def _feed(self, ev: EngineEvent) -> None:

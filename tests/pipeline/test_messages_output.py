@@ -17,7 +17,7 @@ from support.messages_cases import THINKING, WEATHER
 from support.responses_cases import QWEN_REPLY
 
 from smg.errors import ApiError
-from smg.pipeline.chat_answer import ChatStep
+from smg.pipeline.chat_answer import ChatStep, whole_step
 from smg.pipeline.choice import OutputSpec
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.messages_output import MessagesRenderer, MessagesShaper
@@ -217,3 +217,22 @@ def test_a_chat_answer_streamed_equals_whole() -> None:
     assert [b["type"] for b in expected["content"]] == ["thinking", "text", "tool_use"]
     assert expected["content"][2]["input"] == {"city": "Oslo"}
     assert expected["usage"]["input_tokens"] == 9 and expected["usage"]["output_tokens"] == 4
+
+
+def test_a_chat_answer_stopped_by_a_stop_sequence() -> None:
+    raw = {
+        "model": "m",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stop_sequences": ["END"],
+    }
+    s = MessagesRenderer(parse_messages(raw), "msg_ef").for_chat(1)
+    worker = {
+        "choices": [{"message": {"content": "one"}, "finish_reason": "stop", "stop_reason": "END"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+    s.collect_chat(whole_step(worker))
+    body = s.whole()
+    assert body is not None
+    message = orjson.loads(body)
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "END")

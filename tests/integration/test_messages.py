@@ -233,3 +233,23 @@ def test_a_keyed_gateway_takes_the_sdks_x_api_key(module_launch: Launcher, setup
     body = info.value.body
     assert isinstance(body, dict) and body["error"]["type"] == "authentication_error"
     assert "wrong" not in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("choice", "reply"),
+    [
+        ({"type": "any"}, '[{"name": "get_weather", "parameters": {"city": "Oslo"}}]'),
+        ({"type": "tool", "name": "get_weather"}, '{"city": "Oslo"}'),
+    ],
+)
+def test_tool_choice_any_and_a_named_tool(setup: Setup, choice: Any, reply: str) -> None:
+    msg = setup.client.messages.create(
+        model=MODEL,
+        max_tokens=100,
+        messages=[{"role": "user", "content": f"SIM_REPLY: {reply}"}],
+        tools=[WEATHER],
+        tool_choice=choice,
+    )
+    [call] = msg.content
+    assert call.type == "tool_use" and call.name == "get_weather"
+    assert call.input == {"city": "Oslo"} and msg.stop_reason == "tool_use"

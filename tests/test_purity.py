@@ -24,6 +24,7 @@ PURE = [
     ROOT / "pipeline" / "responses_rounds.py",
     ROOT / "pipeline" / "messages_request.py",
     ROOT / "pipeline" / "messages_output.py",
+    ROOT / "pipeline" / "messages_blocks.py",
     ROOT / "pipeline" / "chat_answer.py",
     ROOT / "pipeline" / "detokenize.py",
     ROOT / "pipeline" / "stop.py",

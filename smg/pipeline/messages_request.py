@@ -19,7 +19,7 @@ an HTTP worker gets as it is:
 `image` and `document` blocks, server tools, redacted thinking and a final assistant turn (a
 prefill the model would continue) are refused (400).
 `cache_control` (on the request or a block) is accepted: the gateway's prefix caching needs no
-marks.
+marks. The turns and their blocks are checked and mapped in smg.pipeline.messages_blocks.
 """
 
 from __future__ import annotations
@@ -27,10 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from smg import errors
-from smg.errors import ApiError
+from smg.pipeline.messages_blocks import (
+    chat_turns,
+    check_keys,
+    system_messages,
+    text_field,
+    unsupported,
+)
 from smg.pipeline.sampling import MAX_STOP, MAX_STOP_CHARS
 
 # every field of Anthropic's MessageCreateParams smg serves
@@ -51,14 +55,7 @@ NOT_YET = frozenset(
         "output_config", "prefill", "diagnostics", "inference_geo", "speed",
     }
 )  # fmt: skip
-_BLOCK_KEYS = {
-    "text": {"type", "text", "cache_control", "citations"},
-    "tool_use": {"type", "id", "name", "input", "cache_control", "caller"},
-    "tool_result": {"type", "tool_use_id", "content", "is_error", "cache_control"},
-    "thinking": {"type", "thinking", "signature"},
-}
 _TOOL_KEYS = {"type", "name", "description", "input_schema", "cache_control", "strict"}
-_UNSUPPORTED_BLOCKS = {"image", "document", "redacted_thinking", "search_result"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +76,6 @@ class MessagesRequest:
     budget_tokens: int | None
     metadata: dict[str, Any]
     stream: bool
-
-
-def unsupported(param: str, what: str) -> ApiError:
-    return errors.invalid_request(f"{what} is not supported by this gateway yet", param=param)
 
 
 def parse_messages(body: dict[str, Any], *, count: bool = False) -> MessagesRequest:
@@ -109,7 +102,7 @@ def parse_messages(body: dict[str, Any], *, count: bool = False) -> MessagesRequ
     tools = _tools(body.get("tools"))
     choice, parallel = _tool_choice(body.get("tool_choice"), tools)
     thinking, budget = _thinking(body.get("thinking"), None if count else max_tokens)
-    messages = [*_system(body.get("system")), *_turns(body.get("messages"))]
+    messages = [*system_messages(body.get("system")), *chat_turns(body.get("messages"))]
     return MessagesRequest(
         model=model,
         max_tokens=max_tokens,
@@ -157,149 +150,6 @@ def chat_body(req: MessagesRequest) -> dict[str, Any]:
     return body
 
 
-# --- messages ------------------------------------------------------------------------------------
-def _system(raw: Any) -> list[dict[str, Any]]:
-    if raw is None:
-        return []
-    if isinstance(raw, str):
-        return [{"role": "system", "content": raw}] if raw else []
-    if not isinstance(raw, list):
-        raise errors.invalid_type(
-            "'system' must be a string or an array of text blocks", param="system"
-        )
-    texts = []
-    for i, block in enumerate(raw):
-        where = f"system.{i}"
-        if not isinstance(block, dict) or block.get("type") != "text":
-            raise errors.invalid_type(f"{where} must be a text block", param=where)
-        _keys(block, _BLOCK_KEYS["text"], where)
-        texts.append(_str(block, "text", where))
-    return [{"role": "system", "content": "\n\n".join(texts)}] if texts else []
-
-
-def _turns(raw: Any) -> list[dict[str, Any]]:
-    if raw is None:
-        raise errors.missing_field("messages")
-    if not isinstance(raw, list):
-        raise errors.invalid_type("'messages' must be an array", param="messages")
-    if not raw:
-        raise errors.empty_array("messages", "message")
-    last = raw[-1]
-    if isinstance(last, dict) and last.get("role") == "assistant":
-        # the model would continue that turn; the chat template closes it and starts a new one
-        raise unsupported(f"messages.{len(raw) - 1}", "A final assistant turn (prefill)")
-    out: list[dict[str, Any]] = []
-    for i, msg in enumerate(raw):
-        where = f"messages.{i}"
-        if not isinstance(msg, dict):
-            raise errors.invalid_type(f"{where} must be an object", param=where)
-        _keys(msg, {"role", "content"}, where)
-        role = msg.get("role")
-        if role not in ("user", "assistant"):
-            raise errors.invalid_value(
-                f"{where}.role must be 'user' or 'assistant'", param=f"{where}.role"
-            )
-        content = msg.get("content")
-        if isinstance(content, str):
-            out.append({"role": role, "content": content})
-            continue
-        if not isinstance(content, list):
-            raise errors.invalid_type(
-                f"{where}.content must be a string or an array of blocks", param=f"{where}.content"
-            )
-        blocks = [_block(b, f"{where}.content.{j}", role) for j, b in enumerate(content)]
-        out += _user(blocks) if role == "user" else [_assistant(blocks)]
-    return out
-
-
-def _block(raw: Any, where: str, role: str) -> dict[str, Any]:
-    kind = raw.get("type") if isinstance(raw, dict) else None
-    if kind in _UNSUPPORTED_BLOCKS:
-        raise unsupported(where, f"A '{kind}' content block")
-    allowed = _BLOCK_KEYS.get(kind) if isinstance(kind, str) else None
-    if allowed is None:
-        raise errors.invalid_value(f"{where}: unknown content block type {kind!r}", param=where)
-    assert isinstance(raw, dict)
-    _keys(raw, allowed, where)
-    if role == "user" and kind in ("tool_use", "thinking"):
-        raise errors.invalid_value(f"{where}: a user turn cannot hold '{kind}'", param=where)
-    if role == "assistant" and kind == "tool_result":
-        raise errors.invalid_value(f"{where}: an assistant turn cannot hold '{kind}'", param=where)
-    if kind == "text":
-        return {"type": kind, "text": _str(raw, "text", where)}
-    if kind == "thinking":
-        return {"type": kind, "thinking": _str(raw, "thinking", where)}
-    if kind == "tool_use":
-        caller = raw.get("caller")
-        if caller is not None and caller != {"type": "direct"}:
-            raise unsupported(f"{where}.caller", "A tool call made by a server tool")
-        tool_input = raw.get("input")
-        if not isinstance(tool_input, dict):
-            raise errors.invalid_type(f"{where}.input must be an object", param=f"{where}.input")
-        return {
-            "type": kind,
-            "id": _str(raw, "id", where),
-            "name": _str(raw, "name", where),
-            "input": tool_input,
-        }
-    said = raw.get("content")
-    text = said if isinstance(said, str) else _texts(said or [], f"{where}.content")
-    return {"type": kind, "id": _str(raw, "tool_use_id", where), "text": text}
-
-
-def _texts(raw: Any, where: str) -> str:
-    """A tool result's content blocks as one text (text blocks only)."""
-    if not isinstance(raw, list):
-        raise errors.invalid_type(f"{where} must be a string or an array of blocks", param=where)
-    texts = []
-    for j, block in enumerate(raw):
-        at = f"{where}.{j}"
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind != "text":
-            raise unsupported(at, f"A '{kind}' block in a tool result")
-        assert isinstance(block, dict)
-        _keys(block, _BLOCK_KEYS["text"], at)
-        texts.append(_str(block, "text", at))
-    return "".join(texts)
-
-
-def _user(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A user turn: its tool results as `tool` messages, its text as a user message, in order."""
-    out: list[dict[str, Any]] = []
-    texts: list[str] = []
-    for block in blocks:
-        if block["type"] == "tool_result":
-            if texts:
-                out.append({"role": "user", "content": "".join(texts)})
-                texts = []
-            out.append({"role": "tool", "tool_call_id": block["id"], "content": block["text"]})
-        else:
-            texts.append(block["text"])
-    if texts or not out:
-        out.append({"role": "user", "content": "".join(texts)})
-    return out
-
-
-def _assistant(blocks: list[dict[str, Any]]) -> dict[str, Any]:
-    texts = [b["text"] for b in blocks if b["type"] == "text"]
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-    thinking = [b["thinking"] for b in blocks if b["type"] == "thinking"]
-    if thinking:
-        msg["reasoning_content"] = "".join(thinking)
-    calls = [
-        {
-            "id": b["id"],
-            "type": "function",
-            "function": {"name": b["name"], "arguments": orjson.dumps(b["input"]).decode()},
-        }
-        for b in blocks
-        if b["type"] == "tool_use"
-    ]
-    if calls:
-        msg["tool_calls"] = calls
-    return msg
-
-
 # --- tools ---------------------------------------------------------------------------------------
 def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
     if raw is None:
@@ -313,10 +163,10 @@ def _tools(raw: Any) -> tuple[dict[str, Any], ...]:
         if kind != "custom":
             raise unsupported(where, f"A tool of type {kind!r} (server tools)")
         assert isinstance(tool, dict)
-        _keys(tool, _TOOL_KEYS, where)
-        fn: dict[str, Any] = {"name": _str(tool, "name", where)}
+        check_keys(tool, _TOOL_KEYS, where)
+        fn: dict[str, Any] = {"name": text_field(tool, "name", where)}
         if tool.get("description") is not None:
-            fn["description"] = _str(tool, "description", where)
+            fn["description"] = text_field(tool, "description", where)
         schema = tool.get("input_schema")
         if not isinstance(schema, dict):
             raise errors.invalid_type(
@@ -341,7 +191,7 @@ def _tool_choice(
             "tool_choice.type must be 'auto', 'any', 'tool' or 'none'", param="tool_choice"
         )
     assert isinstance(raw, dict)
-    _keys(raw, {"type", "name", "disable_parallel_tool_use"}, "tool_choice")
+    check_keys(raw, {"type", "name", "disable_parallel_tool_use"}, "tool_choice")
     parallel = not _flag(raw.get("disable_parallel_tool_use"), "tool_choice")
     if kind == "none":
         return "none", parallel
@@ -351,7 +201,7 @@ def _tool_choice(
         return "auto", parallel
     if kind == "any":
         return "required", parallel
-    name = _str(raw, "name", "tool_choice")
+    name = text_field(raw, "name", "tool_choice")
     if not any(t["function"]["name"] == name for t in tools):
         raise errors.invalid_value(
             f"tool_choice names {name!r}, which is not in tools", param="tool_choice.name"
@@ -366,14 +216,14 @@ def _thinking(raw: Any, max_tokens: int | None) -> tuple[bool, int | None]:
     kind = raw.get("type") if isinstance(raw, dict) else None
     if kind == "disabled":
         assert isinstance(raw, dict)
-        _keys(raw, {"type"}, "thinking")
+        check_keys(raw, {"type"}, "thinking")
         return False, None
     if kind != "enabled":
         raise errors.invalid_value(
             "thinking.type must be 'enabled' or 'disabled'", param="thinking.type"
         )
     assert isinstance(raw, dict)
-    _keys(raw, {"type", "budget_tokens", "display"}, "thinking")
+    check_keys(raw, {"type", "budget_tokens", "display"}, "thinking")
     display = raw.get("display")
     if display not in (None, "summarized", "omitted"):
         raise errors.invalid_value(
@@ -411,24 +261,13 @@ def _metadata(raw: Any) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise errors.invalid_type("'metadata' must be an object", param="metadata")
-    _keys(raw, {"user_id"}, "metadata")
+    check_keys(raw, {"user_id"}, "metadata")
     user = raw.get("user_id")
     if user is not None and (not isinstance(user, str) or len(user) > 256):
         raise errors.invalid_type(
             "metadata.user_id must be a string of at most 256 characters", param="metadata.user_id"
         )
     return dict(raw)
-
-
-def _keys(obj: dict[str, Any], allowed: set[str], where: str) -> None:
-    """Only `allowed` names (a null value says nothing: an SDK's block echoed back has them)."""
-    for name, value in obj.items():
-        if name not in allowed and value is not None:
-            raise errors.invalid_request(
-                f"{where}.{name}: Extra inputs are not permitted",
-                param=f"{where}.{name}",
-                code="unknown_parameter",
-            )
 
 
 def _int(value: Any, name: str, lo: int) -> int:
@@ -455,11 +294,4 @@ def _flag(value: Any, name: str) -> bool:
         return False
     if not isinstance(value, bool):
         raise errors.invalid_type(f"'{name}' must be a boolean", param=name)
-    return value
-
-
-def _str(obj: dict[str, Any], name: str, where: str) -> str:
-    value = obj.get(name)
-    if not isinstance(value, str):
-        raise errors.invalid_type(f"{where}.{name} must be a string", param=f"{where}.{name}")
     return value

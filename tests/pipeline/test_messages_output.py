@@ -5,7 +5,6 @@ the whole message for any chunking, in token mode and from an HTTP worker's chat
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -13,6 +12,7 @@ import pytest
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
+from support.engine_events import decode, events_for
 from support.messages_cases import THINKING, WEATHER
 from support.responses_cases import QWEN_REPLY
 
@@ -26,20 +26,6 @@ from smg.pipeline.parser_choice import ParserChoice, tool_choice
 from smg.pipeline.parsers.types import CallDelta, ParseDelta
 
 EVENTS = TypeAdapter(RawMessageStreamEvent)
-
-
-def decode(ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-    return "".join(chr(i) for i in ids)
-
-
-def events_for(text: str, chunk: int, reason: str = "stop") -> list[EngineEvent]:
-    ids = [ord(c) for c in text]
-    out: list[EngineEvent] = [
-        TokenDelta(0, ids[i : i + chunk], 7, min(len(ids), i + chunk), cached_tokens=2)
-        for i in range(0, len(ids), chunk)
-    ]
-    out.append(Finished(0, reason, 7, len(ids)))
-    return out
 
 
 def shaper(model: str = "plain-model", **fields: Any) -> MessagesShaper:

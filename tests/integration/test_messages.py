@@ -193,6 +193,28 @@ def test_missing_max_tokens_and_a_raw_error_body(setup: Setup) -> None:
     assert "max_tokens" in body["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "kind"),
+    [
+        ("POST", "/v1/messages", b"{not json", 400, "invalid_request_error"),
+        ("POST", "/v1/messages", b"[1, 2]", 400, "invalid_request_error"),
+        ("GET", "/v1/messages", None, 405, "invalid_request_error"),
+        ("POST", "/v1/messages/nope", b"{}", 404, "not_found_error"),
+        ("POST", "/v1/messages/count_tokens", b'{"model": "x"}', 400, "invalid_request_error"),
+    ],
+)
+def test_every_error_on_the_messages_routes_is_in_anthropics_shape(
+    setup: Setup, method: str, path: str, body: bytes | None, status: int, kind: str
+) -> None:
+    headers = {"Content-Type": "application/json"}
+    r = http(method, setup.gw.url + path, body=body, headers=headers)
+    assert r.status == status
+    said = r.json()
+    assert set(said) == {"type", "error", "request_id"} and said["type"] == "error"
+    assert said["error"]["type"] == kind and said["error"]["message"]
+    assert said["request_id"] == r.headers["X-Request-Id"]
+
+
 def test_an_unknown_model_is_not_found(setup: Setup) -> None:
     with pytest.raises(anthropic.NotFoundError) as info:
         setup.client.messages.create(

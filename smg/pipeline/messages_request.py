@@ -19,7 +19,10 @@ an HTTP worker gets as it is:
 `image` and `document` blocks, server tools, redacted thinking and a final assistant turn (a
 prefill the model would continue) are refused (400).
 `cache_control` (on the request or a block) is accepted: the gateway's prefix caching needs no
-marks. The turns and their blocks are checked and mapped in smg.pipeline.messages_blocks.
+marks. `thinking.budget_tokens` is checked (at least 1024, below `max_tokens`) but not a
+separate limit: the reasoning counts toward `max_tokens`, which bounds the whole answer. A
+`tool_result`'s `is_error` is accepted; the model sees its content as the tool's output. The
+turns and their blocks are checked and mapped in smg.pipeline.messages_blocks.
 """
 
 from __future__ import annotations

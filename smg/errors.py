@@ -166,7 +166,7 @@ def missing_api_key() -> ApiError:
     return ApiError(
         401,
         "invalid_api_key",
-        "Missing API key: send it as `Authorization: Bearer <key>`",
+        "Missing API key: send it as `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
         type="invalid_request_error",
     )
 
@@ -235,3 +235,31 @@ def method_not_allowed(method: str, path: str) -> ApiError:
 
 def internal(detail: str) -> ApiError:
     return ApiError(500, "internal_error", f"Internal error: {detail}", type="server_error")
+
+
+# Anthropic's error types (the Messages surface, /v1/messages*): by status, one place
+_ANTHROPIC_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_body(err: ApiError, request_id: str | None = None) -> dict[str, Any]:
+    """`err` in Anthropic's error shape: `{"type": "error", "error": {"type", "message"}}`."""
+    kind = _ANTHROPIC_TYPE_BY_STATUS.get(err.status)
+    if kind is None:
+        kind = "api_error" if err.status >= 500 else "invalid_request_error"
+    body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": err.message}}
+    if request_id is not None:
+        body["request_id"] = request_id
+    return body

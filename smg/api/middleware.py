@@ -4,7 +4,8 @@ metrics, audit; and the drain's: while the gateway drains, new requests get 503 
 The gate (`smg/api/auth.py`) decides before the handler runs and leaves the caller in
 `request["principal"]`; every control-plane request then gets its audit line with the final status.
 Every client-visible failure leaves here in the OpenAI error shape with a stable code (and an
-`X-SMG-Error-Code` header), or in the flat `{"error", "code"}` shape of the /workers API; anything
+`X-SMG-Error-Code` header), in the flat `{"error", "code"}` shape of the /workers API, or in
+Anthropic's shape on the Messages routes (`anthropic_route`: one place decides by path); anything
 unexpected is logged once and answered 500, never a crash. A client that left is counted as 499
 and not logged.
 """
@@ -26,6 +27,7 @@ from smg.api.requests import new_request_id, request_id_of
 from smg.core.auth import AuthError, JwtCheck, RouteClass
 from smg.core.auth_keys import Principal
 from smg.flow.admission import Admission
+from smg.flow.render import ROUTED_WORKER_HEADER
 from smg.metrics import Metrics
 
 log = structlog.get_logger("smg.gateway")
@@ -36,8 +38,11 @@ _ID_PREFIX = {"/v1/chat/completions": "chatcmpl-", "/v1/completions": "cmpl-"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def error_response(err: errors.ApiError, request_id: str, *, flat: bool = False) -> web.Response:
-    """The OpenAI error shape, or with `flat` the /workers API's `{"error": msg, "code": CODE}`."""
+def error_response(
+    err: errors.ApiError, request_id: str, *, flat: bool = False, anthropic: bool = False
+) -> web.Response:
+    """The OpenAI error shape, or with `flat` the /workers API's `{"error": msg, "code": CODE}`,
+    or with `anthropic` Anthropic's (`{"type": "error", "error": {"type", "message"}}`)."""
     headers = {"X-Request-Id": request_id, "X-SMG-Error-Code": err.code}
     if err.status == 503:
         headers["Retry-After"] = "1"
@@ -46,10 +51,46 @@ def error_response(err: errors.ApiError, request_id: str, *, flat: bool = False)
     if err.status == 401:
         realm = err.realm if isinstance(err, AuthError) else "data-plane"
         headers["WWW-Authenticate"] = f'Bearer realm="{realm}"'
-    body = orjson.dumps({"error": err.message, "code": err.code.upper()}) if flat else err.to_json()
+    if flat:
+        body = orjson.dumps({"error": err.message, "code": err.code.upper()})
+    elif anthropic:
+        body = orjson.dumps(errors.anthropic_body(err, request_id))
+    else:
+        body = err.to_json()
     return web.Response(
         body=body, status=err.status, content_type="application/json", headers=headers
     )
+
+
+def anthropic_route(path: str) -> bool:
+    """The Messages surface (/v1/messages, /v1/messages/count_tokens) answers every error in
+    Anthropic's shape."""
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
+def relayed_in_anthropic_shape(resp: web.StreamResponse, request_id: str) -> web.StreamResponse:
+    """An HTTP worker's error answer relayed on a Messages route (the worker speaks OpenAI's
+    error shape: `{"error": {"message", "code", ...}}`), said again in Anthropic's shape with
+    its status and words. Anything else is left as it is."""
+    body = resp.body if isinstance(resp, web.Response) and not resp.prepared else None
+    if not isinstance(body, bytes | bytearray):  # (a relayed body is the bytearray read)
+        return resp
+    try:
+        said = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return resp
+    err = said.get("error") if isinstance(said, dict) else None
+    if not isinstance(err, dict) or not isinstance(err.get("message"), str):
+        return resp
+    code = err.get("code")
+    code = code if isinstance(code, str) and code else "upstream_error"
+    shaped = error_response(
+        errors.ApiError(resp.status, code, err["message"]), request_id, anthropic=True
+    )
+    for name in (ROUTED_WORKER_HEADER, "Retry-After"):
+        if name in resp.headers:
+            shaped.headers[name] = resp.headers[name]
+    return shaped
 
 
 def edge_middleware(gate: AuthGate, metrics: Metrics) -> Any:
@@ -76,16 +117,20 @@ def edge_middleware(gate: AuthGate, metrics: Metrics) -> Any:
             elif cls is None:
                 pre = gate.preflight(request)  # CORS, from an allowed origin
             resp = await handler(request) if pre is None else pre
+            if resp.status >= 400 and anthropic_route(path):
+                resp = relayed_in_anthropic_shape(resp, rid)
             status = resp.status
         except errors.ApiError as err:
-            resp = error_response(err, rid, flat=path.startswith("/workers"))
+            resp = error_response(
+                err, rid, flat=path.startswith("/workers"), anthropic=anthropic_route(path)
+            )
             status = err.status
             error_code = err.code
             if isinstance(err, AuthError):
                 denied = err.principal
         except web.HTTPException as exc:
             mapped = _http_exception_to_api(exc, request)
-            resp = error_response(mapped, rid)
+            resp = error_response(mapped, rid, anthropic=anthropic_route(path))
             status = mapped.status
             error_code = mapped.code
         except asyncio.CancelledError:
@@ -97,7 +142,9 @@ def edge_middleware(gate: AuthGate, metrics: Metrics) -> Any:
             raise
         except Exception as exc:
             log.exception("unhandled_error", path=path, request_id=rid)
-            resp = error_response(errors.internal(type(exc).__name__), rid)
+            resp = error_response(
+                errors.internal(type(exc).__name__), rid, anthropic=anthropic_route(path)
+            )
             status = 500
             error_code = "internal_error"
         finally:

@@ -24,6 +24,7 @@ INFERENCE_PATHS = frozenset(
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/responses",
+        "/v1/messages",
         "/v1/embeddings",
         "/v1/rerank",
         "/generate",

@@ -37,6 +37,7 @@ from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
 from smg.api.conversations_routes import ConversationsRoutes
 from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
+from smg.api.messages_routes import MessagesRoutes
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
 from smg.api.openai_routes import OpenAIRoutes
@@ -206,6 +207,7 @@ class Gateway:
         self.auth.install(app)
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
+        MessagesRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         tools = ToolLoop(
             pool=mcp,
             metrics=self.metrics,

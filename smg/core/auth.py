@@ -131,6 +131,15 @@ def bearer(headers: Mapping[str, str]) -> str | None:
     return auth[7:].strip() or None
 
 
+def data_plane_key(headers: Mapping[str, str]) -> str | None:
+    """A data-plane key: `Authorization: Bearer <key>`, else `x-api-key: <key>` (how Anthropic's
+    SDKs send it; the same keys, data plane only)."""
+    token = bearer(headers)
+    if token is None:
+        token = (headers.get("x-api-key") or "").strip() or None
+    return token
+
+
 @lru_cache(maxsize=1024)
 def is_loopback_address(addr: str | None) -> bool:
     """127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 (an IPv4-mapped loopback)."""
@@ -244,7 +253,7 @@ class Gate:
 
     def _data_plane(self, headers: Mapping[str, str], peer: str | None) -> Principal:
         if self.data_keys:
-            token = bearer(headers)
+            token = data_plane_key(headers)
             if token is None:
                 raise errors.missing_api_key()
             principal = self.data_keys.get(digest(token))

@@ -34,6 +34,16 @@ class ChatStep:
     delta: ParseDelta
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    # the stop string that ended the answer (vLLM's `stop_reason`, SGLang's `matched_stop`)
+    matched_stop: str | None = None
+
+
+def _matched_stop(choice: dict[str, Any]) -> str | None:
+    for name in ("stop_reason", "matched_stop"):
+        value = choice.get(name)
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def whole_step(body: Any) -> ChatStep:
@@ -59,6 +69,7 @@ def whole_step(body: Any) -> ChatStep:
         ),
         _str(choice.get("finish_reason"), "finish_reason"),
         _usage(body),
+        _matched_stop(choice),
     )
 
 
@@ -91,6 +102,7 @@ def chunk_step(chunk: Any) -> ChatStep:
         ),
         _str(choice.get("finish_reason"), "finish_reason"),
         _usage(chunk),
+        _matched_stop(choice),
     )
 
 

@@ -129,6 +129,8 @@ class ResponsesRoutes:
         elif parsed.conversation is not None:
             history = await self._conversation(tenant, parsed.conversation)
             parsed = with_history(parsed, history)
+        if parsed.background and self.background is None:  # background mode off: run it now
+            parsed = dataclasses.replace(parsed, background=False)
         if parsed.background:
             return await self._start_background(request, tenant, parsed, history, sampling)
         response_id = self.make_id("resp_")
@@ -204,8 +206,7 @@ class ResponsesRoutes:
     ) -> web.StreamResponse:
         """Store the response as `queued` and run it in the gateway's task group: the answer is
         the queued response object, or (`stream`) its events as they come."""
-        if self.background is None:
-            raise unsupported("background", "background responses are not served here")
+        assert self.background is not None
         if parsed.mcp:
             raise unsupported("background", "background responses with MCP tools")
         self.background.check()

@@ -130,7 +130,8 @@ class Gateway:
         )
         self.loads: SnapshotCell[LoadBoard] = SnapshotCell(LoadBoard())
         # background responses: run while serving (_serve)
-        self.background = Background(cfg.storage.max_background_responses)
+        self.background = Background(max(1, cfg.storage.max_background_responses))
+        self.background_mode = cfg.storage.max_background_responses > 0  # 0: run in foreground
         self.events = EventBus()  # worker lifecycle and mesh imports, between the actors
         self.policy, self.cache_index = routing_policy(
             cfg.routing, self.rng, self.clock.now, self.loads
@@ -219,7 +220,7 @@ class Gateway:
             storage=history,
             max_payload=srv.max_payload_size,
             tools=tools,
-            background=self.background,
+            background=self.background if self.background_mode else None,
         ).install(app)
         ConversationsRoutes(storage=history, max_payload=srv.max_payload_size).install(app)
         AdminRoutes(

@@ -113,7 +113,6 @@ NOT_YET: tuple[NotYet, ...] = (
     NotYet("--jemalloc-prof-dir", None, ONE),
     NotYet("--request-id-headers", None, ANY),
     NotYet("--storage-context-headers", None, ANY),
-    NotYet("--max-background-responses", 12, ONE, type=int),
     NotYet("--disable-health-check", 13, SWITCH),
     NotYet(
         "--remove-unhealthy-workers",

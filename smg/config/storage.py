@@ -60,7 +60,8 @@ class StorageConfig:
     max_background_responses: int = knob(
         64,
         "Background responses (POST /v1/responses with background: true) running or waiting "
-        "at once; past it 429.",
+        "at once; past it 429. 0 switches background mode off: such requests run in the "
+        "foreground (as in the Rust gateway).",
     )
 
 
@@ -74,9 +75,11 @@ def check_storage(cfg: StorageConfig) -> None:
         flag = needed.replace("_", "-")
         raise ConfigError(f"--history-backend {cfg.history_backend} needs --{flag}")
     for name in ("history_max_records", "history_max_bytes", "postgres_pool_max_size",
-                 "redis_pool_max_size", "max_background_responses"):  # fmt: skip
+                 "redis_pool_max_size"):  # fmt: skip
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    if cfg.max_background_responses < 0:
+        raise ConfigError("--max-background-responses must be >= 0 (0: background mode off)")
     if cfg.history_timeout_secs <= 0:
         raise ConfigError("--history-timeout-secs must be > 0")
     if cfg.redis_retention_days == 0 or cfg.redis_retention_days < -1:

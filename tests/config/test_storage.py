@@ -48,7 +48,7 @@ def test_an_unknown_backend_is_refused_by_the_parser() -> None:
         ({"history_backend": "redis"}, "--history-backend redis needs --redis-url"),
         ({"history_backend": "sqlite"}, "--history-backend sqlite needs --sqlite-path"),
         ({"history_max_records": 0}, "--history-max-records must be >= 1"),
-        ({"max_background_responses": 0}, "--max-background-responses must be >= 1"),
+        ({"max_background_responses": -1}, "--max-background-responses must be >= 0"),
         ({"history_max_bytes": 0}, "--history-max-bytes must be >= 1"),
         ({"history_timeout_secs": 0.0}, "--history-timeout-secs must be > 0"),
         ({"redis_retention_days": 0}, "--redis-retention-days must be >= 1"),

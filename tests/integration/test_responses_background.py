@@ -172,3 +172,11 @@ def test_a_background_turn_of_a_conversation_and_a_chain_from_it(setup: Setup) -
     )
     done = finished(setup.client, second.id)
     assert done.output_text == "Second." and done.previous_response_id == first.id
+
+
+def test_background_mode_off_runs_background_requests_in_the_foreground(launch: Launcher) -> None:
+    engine = launch.engine(MODEL, "vllm")
+    gw = launch.gateway([engine], tokenizer_path=qwen3_tokenizer_dir(), max_background_responses=0)
+    with gw.client(timeout_s=20.0) as client:
+        done = client.responses.create(model=MODEL, input="SIM_REPLY: now", background=True)
+    assert (done.status, done.background, done.output_text) == ("completed", False, "now")

@@ -9,8 +9,8 @@ news, the snapshot is the truth), so an event that arrives late never undoes a n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from smg.core.circuit_breaker import BreakerState
 from smg.core.health import HealthStatus
@@ -50,6 +50,18 @@ class AddWorker:
     labels: tuple[tuple[str, str], ...] = ()
     bootstrap_port: int | None = None  # a prefill worker's KV bootstrap port (PD mode)
     imported: bool = False  # from the mesh's directory (not announced back to it)
+    runtime_type: str | None = None  # None: detected by the probes
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateWorker:
+    """Change a worker's registration in place (PATCH / PUT /workers/{id}): the registry hands it
+    to the worker's actor, the owner of its snapshot. `changes` are `WorkerSnapshot` fields and
+    their new values (an api_key among them: kept out of repr, so out of every log). Answered
+    with the new snapshot, or None for an unknown worker."""
+
+    worker_id: str
+    changes: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)

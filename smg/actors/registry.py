@@ -22,6 +22,7 @@ from smg.actors.event_bus import EventBus
 from smg.actors.messages import (
     AddWorker,
     RemoveWorker,
+    UpdateWorker,
     WorkerAdded,
     WorkerBreakerChanged,
     WorkerChanged,
@@ -37,6 +38,8 @@ from smg.core.circuit_breaker import CircuitBreaker
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 
 log = structlog.get_logger("smg.registry")
+
+_UPDATE_ASK_TIMEOUT_S = 5.0
 
 
 class DuplicateWorker(Exception):
@@ -86,6 +89,8 @@ class RegistryActor(Actor):
                 return await self._add(message)
             case RemoveWorker(worker_id=worker_id, imported=imported):
                 return await self._remove(worker_id, imported)
+            case UpdateWorker():
+                return await self._update(message)
             case _:
                 raise TypeError(f"RegistryActor: unexpected message {message!r}")
 
@@ -109,6 +114,7 @@ class RegistryActor(Actor):
             cost=msg.cost,
             labels=msg.labels,
             bootstrap_port=msg.bootstrap_port,
+            runtime_type=msg.runtime_type,
         )
         self.workers[worker_id] = snap
         self._publish()
@@ -139,6 +145,20 @@ class RegistryActor(Actor):
         self._publish()
         log.info("worker_removed", worker=snap.url, worker_id=worker_id)
         self.events.publish(WorkerRemoved(snap, imported))
+        return snap
+
+    async def _update(self, msg: UpdateWorker) -> WorkerSnapshot | None:
+        """The worker's actor owns its snapshot: it applies the change and answers the new one,
+        published here at once so the caller's next read sees it."""
+        before = self.workers.get(msg.worker_id)
+        ref = self.refs.get(msg.worker_id)
+        if before is None or ref is None:
+            return None
+        snap: WorkerSnapshot = await ref.ask(msg, _UPDATE_ASK_TIMEOUT_S)
+        self.workers[msg.worker_id] = snap
+        self._publish()
+        self._announce_changes(before, snap)
+        log.info("worker_updated", worker=snap.url, worker_id=msg.worker_id)
         return snap
 
     def _announce_changes(self, before: WorkerSnapshot, after: WorkerSnapshot) -> None:

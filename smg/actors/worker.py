@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from smg.actors.messages import BreakerPoll, Outcome, ProbeTick, WorkerChanged
+from smg.actors.messages import BreakerPoll, Outcome, ProbeTick, UpdateWorker, WorkerChanged
 from smg.actors.runtime import Actor, ActorRef
 from smg.clock import TimerHandle
 from smg.config import CircuitBreakerConfig, HealthConfig
@@ -82,6 +82,9 @@ class WorkerActor(Actor):
             case ProbeResult():
                 self._probing = False
                 self._on_probe(message)
+            case UpdateWorker(changes=changes):
+                self._publish(replace(self.snapshot, **dict(changes)))
+                return self.snapshot
             case _:
                 raise TypeError(f"WorkerActor: unexpected message {message!r}")
         return None
@@ -100,6 +103,8 @@ class WorkerActor(Actor):
             # a failed probe may still have learned the model (a gRPC engine whose tokenizer
             # could not be loaded): known but unhealthy, so requests get 503, not 404
             snap = replace(snap, model_id=result.model_id)
+        if result.runtime and snap.runtime_type is None:
+            snap = replace(snap, runtime_type=result.runtime)
         ok = result.ok and snap.model_id is not None
         changed = self.health.observe(ok, now)
         if changed is not None:
@@ -157,6 +162,7 @@ def initial_snapshot(
     cost: float = 1.0,
     labels: tuple[tuple[str, str], ...] = (),
     bootstrap_port: int | None = None,
+    runtime_type: str | None = None,
 ) -> WorkerSnapshot:
     return WorkerSnapshot(
         worker_id=worker_id,
@@ -171,4 +177,5 @@ def initial_snapshot(
         cost=cost,
         labels=labels,
         bootstrap_port=bootstrap_port,
+        runtime_type=runtime_type,
     )

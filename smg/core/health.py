@@ -48,6 +48,7 @@ class ProbeResult:
     ok: bool
     model_id: str | None = None
     detail: str = ""
+    runtime: str | None = None  # the engine the probe found ("sglang", "vllm"), when it can tell
 
 
 class WorkerHealth:

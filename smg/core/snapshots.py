@@ -51,6 +51,9 @@ class WorkerSnapshot:
     cost: float = 1.0
     labels: tuple[tuple[str, str], ...] = ()
     bootstrap_port: int | None = None  # a prefill worker's KV bootstrap port (PD mode)
+    # The engine behind it ("sglang", "vllm", ...): as registered, else as the probes detected it
+    # (None until then; shown as the Rust gateway's fallback, "sglang").
+    runtime_type: str | None = None
     # The breaker needs to hear about successes only while it is counting something.
     breaker_counting: bool = False
     # Where the request path reports outcomes (the worker's own actor); set once it runs.

@@ -126,7 +126,7 @@ class GrpcProber:
             await self.ensure_tokenizer(model_id, client)
         except Exception as exc:  # a refused bundle, a load timeout, an unreadable tokenizer
             return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
-        return ProbeResult(ok=True, model_id=model_id)
+        return ProbeResult(ok=True, model_id=model_id, runtime=client.runtime)
 
 
 class DispatchProber:

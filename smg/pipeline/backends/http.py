@@ -199,11 +199,18 @@ class HttpBackend:
     ) -> tuple[int, object]:
         """A small control-plane GET (health, model discovery, loads) with the worker's
         credential; a body past `CONTROL_BODY_BYTES` raises `ResponseTooLarge`."""
+        return await self.control(worker, "GET", path, timeout_s)
+
+    async def control(
+        self, worker: WorkerSnapshot, method: str, path: str, timeout_s: float
+    ) -> tuple[int, object]:
+        """A small control-plane call (GET health and loads, POST /flush_cache) with the worker's
+        credential and no body: (status, the answer's JSON, or None when it is not JSON)."""
         auth = self.authorization(worker)
         headers = {"Authorization": auth} if auth is not None else None
         url = worker.url.rstrip("/") + path
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with self.session.get(url, headers=headers, timeout=timeout) as resp:
+        async with self.session.request(method, url, headers=headers, timeout=timeout) as resp:
             status = resp.status
             length = resp.content_length
             if length is not None and length > CONTROL_BODY_BYTES:
@@ -244,13 +251,14 @@ class HttpProber:
             status, _ = await self.backend.get_json(worker, self.endpoint, self.timeout_s)
             if status != 200:
                 return ProbeResult(ok=False, detail=f"{self.endpoint} answered {status}")
-            model_id = worker.model_id
+            model_id, runtime = worker.model_id, None
             if model_id is None:
                 status, data = await self.backend.get_json(worker, "/v1/models", self.timeout_s)
                 model_id = _first_model(data) if status == 200 else None
                 if model_id is None:
                     return ProbeResult(ok=False, detail="/v1/models named no model")
-            return ProbeResult(ok=True, model_id=model_id)
+                runtime = _runtime_of(data)
+            return ProbeResult(ok=True, model_id=model_id, runtime=runtime)
         except (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge) as exc:
             return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
 
@@ -261,4 +269,17 @@ def _first_model(data: object) -> str | None:
         if isinstance(items, list) and items and isinstance(items[0], dict):
             mid = items[0].get("id")
             return mid if isinstance(mid, str) else None
+    return None
+
+
+# `owned_by` of a server's /v1/models entry -> its runtime (the Rust gateway's detection).
+_OWNED_BY_RUNTIME = {"sglang": "sglang", "nvidia": "sglang", "vllm": "vllm"}
+
+
+def _runtime_of(data: object) -> str | None:
+    if isinstance(data, dict):
+        items = data.get("data")
+        if isinstance(items, list) and items and isinstance(items[0], dict):
+            owned_by = items[0].get("owned_by")
+            return _OWNED_BY_RUNTIME.get(owned_by) if isinstance(owned_by, str) else None
     return None

@@ -1,4 +1,5 @@
-"""Native endpoints: SGLang's `/generate`, `/v1/tokenize`, `/v1/detokenize` (vLLM's shapes) and
+"""Native endpoints: SGLang's `/generate`, `/v1/tokenize`, `/v1/detokenize` (the Rust gateway's
+shapes: `{tokens, count, char_count}` and `{text}`) and
 `/parse/*` (the reasoning and tool-call parsers on their own).
 
 `/generate` runs through the flow like the OpenAI endpoints: in gRPC mode the token pipeline
@@ -78,36 +79,66 @@ class NativeRoutes:
         )
 
     async def tokenize(self, request: web.Request) -> web.Response:
+        """The Rust gateway's `{model, prompt}` (a string, or a list of them: a batch) ->
+        `{tokens, count, char_count}` (lists for a batch); no special tokens added unless
+        `add_special_tokens: true`. smg also takes `messages` (rendered with the chat template,
+        `add_generation_prompt` default true)."""
         body = rq.parse_object(await rq.read_body(request, self.max_payload))
         model = self.flow.resolve_model(body.get("model"))
         tok = self.flow.tokenizer(model)
+        special = body.get("add_special_tokens", False) is True
+        prompt = body.get("prompt")
         if "messages" in body:
             rq.check_chat({"messages": body["messages"]})
             if tok.chat_template is None:
                 raise errors.invalid_request("The model has no chat template", param="messages")
             add_prompt = body.get("add_generation_prompt", True) is not False
-            text = tok.chat_template.render(body["messages"], add_generation_prompt=add_prompt)
-            ids = await tok.encode(text)
-        elif isinstance(body.get("prompt"), str):
-            ids = await tok.encode(
-                body["prompt"], add_special_tokens=body.get("add_special_tokens", True) is not False
-            )
-        else:
+            texts = [tok.chat_template.render(body["messages"], add_generation_prompt=add_prompt)]
+        elif isinstance(prompt, str):
+            texts = [prompt]
+        elif isinstance(prompt, list) and all(isinstance(t, str) for t in prompt):
+            texts = prompt
+        elif prompt is None:
             raise errors.missing_field("prompt")
-        return _json({"count": len(ids), "max_model_len": None, "tokens": ids})
+        else:
+            raise errors.invalid_type(
+                "'prompt' must be a string or a list of strings", param="prompt"
+            )
+        ids = [await tok.encode(t, add_special_tokens=special) for t in texts]
+        if isinstance(prompt, list) and "messages" not in body:
+            return _json(
+                {
+                    "tokens": ids,
+                    "count": [len(i) for i in ids],
+                    "char_count": [len(t) for t in texts],
+                }
+            )
+        return _json({"tokens": ids[0], "count": len(ids[0]), "char_count": len(texts[0])})
 
     async def detokenize(self, request: web.Request) -> web.Response:
+        """`{model, tokens}` (a list of ids, or a list of such lists: a batch;
+        `skip_special_tokens` default true) -> `{text}` (a list for a batch)."""
         body = rq.parse_object(await rq.read_body(request, self.max_payload))
         model = self.flow.resolve_model(body.get("model"))
         tok = self.flow.tokenizer(model)
         tokens = body.get("tokens")
         if tokens is None:
             raise errors.missing_field("tokens")
-        if not isinstance(tokens, list) or not all(
-            type(t) is int and 0 <= t < tok.vocab_size for t in tokens
-        ):
-            raise errors.invalid_type("'tokens' must be a list of token ids", param="tokens")
-        return _json({"prompt": await tok.decode(tokens, skip_special_tokens=False)})
+        batch = isinstance(tokens, list) and bool(tokens) and isinstance(tokens[0], list)
+        seqs = tokens if batch else [tokens]
+
+        def is_ids(seq: object) -> bool:
+            return isinstance(seq, list) and all(
+                type(t) is int and 0 <= t < tok.vocab_size for t in seq
+            )
+
+        if not all(is_ids(seq) for seq in seqs):
+            raise errors.invalid_type(
+                "'tokens' must be a list of token ids or a list of such lists", param="tokens"
+            )
+        skip = body.get("skip_special_tokens", True) is not False
+        texts = [await tok.decode(seq, skip_special_tokens=skip) for seq in seqs]
+        return _json({"text": texts if batch else texts[0]})
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         raw = await rq.read_body(request, self.max_payload)

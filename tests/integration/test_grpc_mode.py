@@ -331,11 +331,12 @@ def test_tokenize_detokenize_round_trip(fleet: Fleet) -> None:
     assert len(ids) >= 3
     r = fleet.gw.request("POST", "/v1/detokenize", {"model": "grpc-sglang", "tokens": ids})
     assert r.status == 200, r
-    assert r.json()["prompt"] == text
+    assert r.json() == {"text": text}
 
     templated = fleet.tokenize("grpc-vllm", messages=MSGS)
-    r = fleet.gw.request("POST", "/v1/detokenize", {"model": "grpc-vllm", "tokens": templated})
-    assert "<|im_start|>user\n" + MSGS[0]["content"] in r.json()["prompt"]
+    keep = {"model": "grpc-vllm", "tokens": templated, "skip_special_tokens": False}
+    r = fleet.gw.request("POST", "/v1/detokenize", keep)
+    assert "<|im_start|>user\n" + MSGS[0]["content"] in r.json()["text"]
 
     bad = fleet.gw.request("POST", "/v1/detokenize", {"model": "grpc-vllm", "tokens": [-1]})
     assert_openai_error(bad, 400, "invalid_type", "tokens")

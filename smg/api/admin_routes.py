@@ -9,28 +9,33 @@ sits in the worker's record), never the clients' key.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from smg import __version__
-from smg.actors.messages import AddWorker, RemoveWorker
-from smg.actors.registry import DuplicateWorker
+from smg.actors.messages import AddWorker, RemoveWorker, UpdateWorker
+from smg.actors.registry import DuplicateWorker, normalize_url
 from smg.actors.runtime import ActorRef
 from smg.api import requests as rq
+from smg.api.worker_body import FALLBACK_RUNTIME, BadWorkerBody, spec_fields, update_fields
+from smg.api.worker_reports import flush_report, is_grpc, loads_report
 from smg.core.health import HealthStatus
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.core.worker_urls import DeniedWorkerUrl, InvalidWorkerUrl
 from smg.flow.admission import Admission
 from smg.pipeline.backends.address_guard import AddressGuard
+from smg.pipeline.backends.flush import FlushFailed
 from smg.pipeline.pd import readiness_gap
 
 _ADMIN_ASK_TIMEOUT_S = 10.0
+_FLUSH_TIMEOUT_S = 30.0  # the whole fan-out; each worker's call has its own, shorter deadline
+
+Flusher = Callable[[WorkerSnapshot], Awaitable[None]]  # raises FlushFailed
 
 
 def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -50,7 +55,8 @@ def worker_json(w: WorkerSnapshot) -> dict[str, Any]:
         "url": w.url,
         "models": [{"id": w.model_id}] if w.model_id else [],
         "worker_type": w.worker_type,
-        "connection_mode": "grpc" if w.url.startswith("grpc") else "http",
+        "connection_mode": "grpc" if is_grpc(w.url) else "http",
+        "runtime_type": w.runtime_type or FALLBACK_RUNTIME,
         "labels": dict(w.labels),
         "priority": w.priority,
         "cost": w.cost,
@@ -72,6 +78,7 @@ class AdminRoutes:
         max_payload: int,
         url_guard: AddressGuard,
         pd_mode: bool = False,
+        flusher: Flusher | None = None,
     ) -> None:
         self.cell = registry_cell
         self.registry = registry
@@ -79,6 +86,7 @@ class AdminRoutes:
         self.max_payload = max_payload
         self.url_guard = url_guard
         self.pd_mode = pd_mode
+        self.flusher = flusher
         self.started = int(time.time())
 
     def install(self, app: web.Application) -> None:
@@ -88,10 +96,13 @@ class AdminRoutes:
         r.add_get("/readiness", self.readiness)
         r.add_get("/v1/models", self.models)
         r.add_get("/get_loads", self.get_loads)
+        r.add_post("/flush_cache", self.flush_cache)
         r.add_get("/workers", self.list_workers)
         r.add_post("/workers", self.add_worker)
         r.add_get("/workers/{worker_id}", self.get_worker)
         r.add_delete("/workers/{worker_id}", self.delete_worker)
+        r.add_put("/workers/{worker_id}", self.replace_worker)
+        r.add_patch("/workers/{worker_id}", self.update_worker)
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="OK")
@@ -120,17 +131,33 @@ class AdminRoutes:
         return _json({"object": "list", "data": data})
 
     async def get_loads(self, request: web.Request) -> web.Response:
-        loads = [
-            {"worker": w.url, "worker_id": w.worker_id, "model_id": w.model_id, "load": w.load}
-            for w in self.cell.value.workers
-        ]
-        return _json(
-            {
-                "timestamp": datetime.now(UTC).isoformat(),
-                "version": f"smg-{__version__}",
-                "loads": loads,
-            }
-        )
+        return _json(loads_report(self.cell.value.workers))
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        """Every worker's cache flushed at once (any health: the Rust gateway's choice)."""
+        workers = self.cell.value.workers
+        failures: dict[str, str] = {}
+
+        async def one(w: WorkerSnapshot) -> None:
+            if self.flusher is None:
+                failures[w.url] = "cache flush is not available"
+                return
+            try:
+                await self.flusher(w)
+            except FlushFailed as exc:
+                failures[w.url] = str(exc)
+            except Exception as exc:  # a bug in one worker's flush must not lose the others'
+                failures[w.url] = f"internal error ({type(exc).__name__})"
+
+        try:
+            async with asyncio.timeout(_FLUSH_TIMEOUT_S), asyncio.TaskGroup() as tg:
+                for w in workers:
+                    tg.create_task(one(w), name=f"flush:{w.worker_id}")
+        except TimeoutError:
+            for w in workers:
+                failures.setdefault(w.url, f"no answer in {_FLUSH_TIMEOUT_S:g} s")
+        status, body = flush_report(workers, failures)
+        return _json(body, status)
 
     async def list_workers(self, request: web.Request) -> web.Response:
         workers = self.cell.value.workers
@@ -159,7 +186,7 @@ class AdminRoutes:
             return _flat_error(404, "WORKER_NOT_FOUND", f"Worker {wid} not found")
         return _json(worker_json(w))
 
-    async def add_worker(self, request: web.Request) -> web.Response:
+    async def _body(self, request: web.Request) -> dict[str, Any] | web.Response:
         raw = await rq.read_body(request, self.max_payload)
         try:
             body = orjson.loads(raw)
@@ -167,6 +194,12 @@ class AdminRoutes:
             return _flat_error(400, "BAD_REQUEST", f"JSON syntax error: {exc}")
         if not isinstance(body, dict):
             return _flat_error(400, "BAD_REQUEST", "Invalid JSON data: expected an object")
+        return body
+
+    async def add_worker(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
         url = body.get("url")
         if url is None:
             return _flat_error(400, "BAD_REQUEST", "Invalid JSON data: missing field `url`")
@@ -180,34 +213,11 @@ class AdminRoutes:
             return _flat_error(
                 400, "BAD_REQUEST", f"Invalid value for field 'worker_url': {url} - {exc}"
             )
-        worker_type = body.get("worker_type", "regular")
-        if worker_type not in ("regular", "prefill", "decode"):
-            return _flat_error(400, "BAD_REQUEST", f"Invalid worker_type '{worker_type}'")
-        bootstrap_port = body.get("bootstrap_port")
-        if bootstrap_port is not None and (
-            type(bootstrap_port) is not int or not 0 < bootstrap_port < 65536
-        ):
-            return _flat_error(
-                400, "BAD_REQUEST", "Invalid JSON data: `bootstrap_port` must be a port or null"
-            )
-        api_key = body.get("api_key")
-        if api_key is not None and (not isinstance(api_key, str) or not api_key):
-            return _flat_error(
-                400, "BAD_REQUEST", "Invalid JSON data: `api_key` must be a non-empty string"
-            )
-        labels = body.get("labels") or {}
-        if not isinstance(labels, dict):
-            return _flat_error(400, "BAD_REQUEST", "Invalid JSON data: `labels` must be an object")
-        msg = AddWorker(
-            url=url,
-            api_key=api_key,
-            worker_type=worker_type,
-            model_id=body.get("model_id") if isinstance(body.get("model_id"), str) else None,
-            priority=int(body.get("priority", 50)),
-            cost=float(body.get("cost", 1.0)),
-            labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
-            bootstrap_port=bootstrap_port,
-        )
+        try:
+            fields = spec_fields(body)
+        except BadWorkerBody as exc:
+            return _flat_error(400, "BAD_REQUEST", str(exc))
+        msg = AddWorker(url=url, **fields)
         try:
             snap: WorkerSnapshot = await self.registry().ask(msg, _ADMIN_ASK_TIMEOUT_S)
         except DuplicateWorker as dup:
@@ -233,14 +243,65 @@ class AdminRoutes:
         wid = self._worker_id(request)
         if isinstance(wid, web.Response):
             return wid
-        removed = await self.registry().ask(RemoveWorker(wid), _ADMIN_ASK_TIMEOUT_S)
-        if removed is None:
+        return await self._queued(wid, RemoveWorker(wid), "removal")
+
+    async def update_worker(self, request: web.Request) -> web.Response:
+        """PATCH: priority, cost, labels, api_key; what the body leaves out stays."""
+        got = await self._id_and_body(request)
+        if isinstance(got, web.Response):
+            return got
+        wid, body = got
+        try:
+            changes = update_fields(body)
+        except BadWorkerBody as exc:
+            return _flat_error(400, "BAD_REQUEST", str(exc))
+        return await self._queued(wid, UpdateWorker(wid, tuple(changes.items())), "update")
+
+    async def replace_worker(self, request: web.Request) -> web.Response:
+        """PUT: the whole registration again (defaults for what it leaves out, no own api_key
+        without one); its `url` must be the worker's (a new URL is DELETE + POST)."""
+        got = await self._id_and_body(request)
+        if isinstance(got, web.Response):
+            return got
+        wid, body = got
+        w = self.cell.value.by_id.get(wid)
+        if w is None:
+            return _flat_error(404, "WORKER_NOT_FOUND", f"Worker {wid} not found")
+        url = body.get("url")
+        if not isinstance(url, str):
+            return _flat_error(400, "BAD_REQUEST", "Invalid JSON data: missing field `url`")
+        if normalize_url(url) != w.url:
+            return _flat_error(
+                400,
+                "BAD_REQUEST",
+                f"URL mismatch: worker has URL '{w.url}' but request body has '{url}'. "
+                "URL changes are not supported via PUT. Use DELETE + POST instead.",
+            )
+        try:
+            changes = spec_fields(body)
+        except BadWorkerBody as exc:
+            return _flat_error(400, "BAD_REQUEST", str(exc))
+        return await self._queued(wid, UpdateWorker(wid, tuple(changes.items())), "update")
+
+    async def _id_and_body(self, request: web.Request) -> tuple[str, dict[str, Any]] | web.Response:
+        wid = self._worker_id(request)
+        if isinstance(wid, web.Response):
+            return wid
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        return wid, body
+
+    async def _queued(self, wid: str, msg: RemoveWorker | UpdateWorker, what: str) -> web.Response:
+        """Ask the registry; 202 in the Rust gateway's shape (its changes run as background
+        jobs; here they are done when this answers), 404 for a worker it does not have."""
+        if await self.registry().ask(msg, _ADMIN_ASK_TIMEOUT_S) is None:
             return _flat_error(404, "WORKER_NOT_FOUND", f"Worker {wid} not found")
         return _json(
             {
                 "status": "accepted",
                 "worker_id": wid,
-                "message": "Worker removal queued for background processing",
+                "message": f"Worker {what} queued for background processing",
             },
             202,
         )

@@ -71,6 +71,7 @@ from smg.flow.inflight import InFlight
 from smg.flow.serve import Flow
 from smg.mcp_client.pool import McpPool, check_mcp_servers
 from smg.metrics import Metrics
+from smg.pipeline.backends.flush import CacheFlusher
 from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.kv_index import KvIndexes
@@ -87,6 +88,7 @@ log = structlog.get_logger("smg.gateway")
 # client still sends for this long, so the client sees the answer instead of a reset; short, as
 # a sender of an endless body holds its connection (and our CPU) that long.
 _LINGER_S = 2.0
+_FLUSH_WORKER_TIMEOUT_S = 10.0  # one worker's /flush_cache (the fan-out has its own limit)
 
 
 class Gateway:
@@ -173,6 +175,7 @@ class Gateway:
         if self.mesh.enabled:
             self.metrics.registry.register(self.mesh.collector())
         self.metrics.registry.register(self.guard.collector())
+        self.worker_http: HttpBackend | None = None  # while running: the workers' HTTP client
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None
         self.started = asyncio.Event()
@@ -230,6 +233,7 @@ class Gateway:
             max_payload=srv.max_payload_size,
             url_guard=self.url_guard,
             pd_mode=self.cfg.pd.pd_disaggregation,
+            flusher=CacheFlusher(self.worker_http, self.engines, _FLUSH_WORKER_TIMEOUT_S),
         ).install(app)
         self.mesh.install(app)
         return app
@@ -257,7 +261,7 @@ class Gateway:
 
     async def _run(self, history: Storage, stop: asyncio.Event) -> None:
         async with self._worker_session() as session:
-            backend = http_backend(session, self.cfg, self.idle)
+            backend = self.worker_http = http_backend(session, self.cfg, self.idle)
             async with (
                 Supervisor("workers", strategy=Strategy.ONE_FOR_ONE, clock=self.clock) as wsup,
                 Supervisor("core", strategy=Strategy.REST_FOR_ONE, clock=self.clock) as core,

@@ -84,6 +84,8 @@ class Stats:
     cancelled_streams: int = 0
     in_flight: int = 0
     in_flight_tokens: int = 0
+    cache_flushes: int = 0  # POST /flush_cache answered
+    flush_authorization: str = ""  # the last one's Authorization header (tests: which key came)
     # PD: generation requests seen per bootstrap_room (as a string: JSON keys)
     rooms: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -389,6 +391,12 @@ class SimWorker:
         card = {"id": m, "object": "model", "created": self._created, "owned_by": "smg-sim"}
         card |= {"root": m, "parent": None, "max_model_len": CONTEXT_LENGTH}
         return json_response({"object": "list", "data": [card]})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        """SGLang's admin endpoint: 200 and a line of text (the sim keeps no prefix cache)."""
+        self.stats.cache_flushes += 1
+        self.stats.flush_authorization = request.headers.get("Authorization", "")
+        return web.Response(text="Cache flushed.\n")
 
     async def version(self, request: web.Request) -> web.Response:
         return json_response({"version": SIM_VERSION})

@@ -182,6 +182,14 @@ def assert_openai_error(resp: Resp, status: int, code: str, param: str | None = 
     return err
 
 
+def flat_error(resp: Resp, status: int, code: str) -> None:
+    """The /workers error shape (the Rust gateway's): `{"error": "...", "code": "..."}`."""
+    assert resp.status == status, (resp.status, resp.body)
+    body = resp.json()
+    assert body["code"] == code, body
+    assert isinstance(body["error"], str) and body["error"]
+
+
 # --- processes -----------------------------------------------------------------------------------
 
 

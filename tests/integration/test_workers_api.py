@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from .conftest import Gateway, Launcher, Resp, Sim, wait_until
+from .conftest import Gateway, Launcher, Sim, flat_error, wait_until
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "workers"}], "max_tokens": 2}
 
@@ -25,14 +25,6 @@ def setup(module_launch: Launcher) -> Iterator[Setup]:
     first, spare = module_launch.sims("m", "m")
     gw = module_launch.gateway([first])
     yield Setup(gw, first, spare)
-
-
-def flat_error(resp: Resp, status: int, code: str) -> None:
-    """The /workers error shape (the Rust gateway's): `{"error": "...", "code": "..."}`."""
-    assert resp.status == status, (resp.status, resp.body)
-    body = resp.json()
-    assert body["code"] == code, body
-    assert isinstance(body["error"], str) and body["error"]
 
 
 def test_list_shape(setup: Setup) -> None:

@@ -402,6 +402,14 @@ class EngineClient:
             request = vllm_engine_pb2.GetLoadsRequest()
         return loads_from(await self._unary(self._probe.GetLoads, request))
 
+    async def flush_cache(self, timeout_s: float) -> tuple[bool, str]:
+        """FlushCache (both runtimes): the engine drops its prefix cache now (`timeout_s` 0 of
+        the engine: it refuses while requests run); (success, the engine's message)."""
+        reply = await self._unary(
+            self._probe.FlushCache, common_pb2.FlushCacheRequest(timeout_s=0.0), timeout_s
+        )
+        return bool(reply.success), str(reply.message)
+
     async def tokenizer_chunks(self, timeout_s: float = 120.0) -> AsyncIterator[tuple[bytes, str]]:
         """The GetTokenizer stream as (data, sha256) pairs; sha256 is set on the last only."""
         call = self._probe.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=timeout_s)

@@ -42,7 +42,7 @@ class ProbeTick:
 @dataclass(frozen=True, slots=True)
 class AddWorker:
     url: str
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     worker_type: str = "regular"
     model_id: str | None = None
     priority: int = 50

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from smg.actors.messages import AddWorker, RemoveWorker, UpdateWorker
 from smg.actors.registry import DuplicateWorker, normalize_url
-from smg.actors.runtime import ActorRef
+from smg.actors.runtime import ActorRef, ActorStopped, AskTimeout
 from smg.api import requests as rq
 from smg.api.worker_body import FALLBACK_RUNTIME, BadWorkerBody, spec_fields, update_fields
 from smg.api.worker_reports import flush_report, is_grpc, loads_report
@@ -295,7 +295,13 @@ class AdminRoutes:
     async def _queued(self, wid: str, msg: RemoveWorker | UpdateWorker, what: str) -> web.Response:
         """Ask the registry; 202 in the Rust gateway's shape (its changes run as background
         jobs; here they are done when this answers), 404 for a worker it does not have."""
-        if await self.registry().ask(msg, _ADMIN_ASK_TIMEOUT_S) is None:
+        try:
+            done = await self.registry().ask(msg, _ADMIN_ASK_TIMEOUT_S)
+        except (ActorStopped, AskTimeout):  # the worker's actor restarting: the client may retry
+            return _flat_error(
+                503, "SERVICE_UNAVAILABLE", f"Worker {wid} did not take the change; try again"
+            )
+        if done is None:
             return _flat_error(404, "WORKER_NOT_FOUND", f"Worker {wid} not found")
         return _json(
             {

@@ -50,7 +50,9 @@ async def started(
 async def test_update_is_published_at_once_and_outlives_later_probes() -> None:
     clock = FakeClock()
     async with started(clock, runtime="vllm") as (cell, registry, prober):
-        snap = await registry.ask(AddWorker("http://w:1", api_key="old"), 1.0)
+        add = AddWorker("http://w:1", api_key="old-key")
+        assert "old-key" not in repr(add)  # messages may be logged: keys stay out of them
+        snap = await registry.ask(add, 1.0)
         await clock.advance(1.0)
         assert cell.value.by_id[snap.worker_id].health is HealthStatus.READY
         assert cell.value.by_id[snap.worker_id].runtime_type == "vllm"  # from the probe

@@ -160,7 +160,11 @@ class AdminRoutes:
         return _json(body, status)
 
     async def list_workers(self, request: web.Request) -> web.Response:
+        """`?model=ID`: only the workers serving it (the counts too), as the Rust gateway."""
         workers = self.cell.value.workers
+        model = request.query.get("model")
+        if model is not None:
+            workers = tuple(w for w in workers if w.model_id == model)
         stats = {"prefill_count": 0, "decode_count": 0, "regular_count": 0}
         for w in workers:
             key = f"{w.worker_type}_count"

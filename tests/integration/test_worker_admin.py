@@ -82,6 +82,14 @@ def test_runtime_type_detected_and_given(setup: Setup) -> None:
     assert "runtime_type" in bad.json()["error"]
 
 
+def test_list_filters_by_model(setup: Setup) -> None:
+    only_g = setup.gw.request("GET", "/workers?model=g").json()
+    assert [w["url"] for w in only_g["workers"]] == [setup.engine.url]
+    assert only_g["total"] == 1 and only_g["stats"]["regular_count"] == 1
+    none = setup.gw.request("GET", "/workers?model=nope").json()
+    assert (none["workers"], none["total"], none["stats"]["regular_count"]) == ([], 0, 0)
+
+
 # --- PATCH / PUT /workers/{id} -------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from .conftest import (
     assert_openai_error,
     flat_error,
     free_port,
+    wait_until,
 )
 
 SECRET = "sk-rotated-9f3c2e-never-shown"
@@ -266,3 +267,28 @@ def test_tokenize_bad_input_is_400(
     setup: Setup, path: str, body: dict[str, Any], code: str, param: str
 ) -> None:
     assert_openai_error(setup.gw.request("POST", path, body), 400, code, param)
+
+
+def test_flush_cache_reports_an_engine_that_refuses(launch: Launcher) -> None:
+    """A gRPC engine with a request running refuses FlushCache: 206, its own message named."""
+    engine = launch.engine("busy", decode_ms_per_token=50)
+    gw = launch.gateway([engine])
+    with gw.client() as client:
+        msgs = [{"role": "user", "content": "a long answer"}]
+        stream = client.chat.completions.create(
+            model="busy", messages=msgs, max_tokens=200, stream=True
+        )
+        it = iter(stream)
+        next(it)  # the engine is decoding now
+        assert engine.stats()["in_flight"] == 1
+        r = gw.request("POST", "/flush_cache", {})
+        stream.close()
+    assert r.status == 206, r.body
+    body = r.json()
+    assert (body["status"], body["workers_flushed"], body["total_grpc_workers"]) == (
+        "partial_success", 0, 1,
+    )  # fmt: skip
+    assert body["failed"] == [
+        {"worker": engine.url, "error": "requests in flight; cache not flushed"}
+    ]
+    wait_until(lambda: gw.request("POST", "/flush_cache", {}).status == 200, 10.0, "a flush")

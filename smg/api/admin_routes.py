@@ -23,13 +23,14 @@ from smg.actors.registry import DuplicateWorker, normalize_url
 from smg.actors.runtime import ActorRef, ActorStopped, AskTimeout
 from smg.api import requests as rq
 from smg.api.worker_body import FALLBACK_RUNTIME, BadWorkerBody, spec_fields, update_fields
-from smg.api.worker_reports import flush_report, is_grpc, loads_report
+from smg.api.worker_reports import flush_report, loads_report
 from smg.core.health import HealthStatus
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.core.worker_urls import DeniedWorkerUrl, InvalidWorkerUrl
 from smg.flow.admission import Admission
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.flush import FlushFailed
+from smg.pipeline.backends.grpc_pool import is_grpc_url
 from smg.pipeline.pd import readiness_gap
 
 _ADMIN_ASK_TIMEOUT_S = 10.0
@@ -55,7 +56,7 @@ def worker_json(w: WorkerSnapshot) -> dict[str, Any]:
         "url": w.url,
         "models": [{"id": w.model_id}] if w.model_id else [],
         "worker_type": w.worker_type,
-        "connection_mode": "grpc" if is_grpc(w.url) else "http",
+        "connection_mode": "grpc" if is_grpc_url(w.url) else "http",
         "runtime_type": w.runtime_type or FALLBACK_RUNTIME,
         "labels": dict(w.labels),
         "priority": w.priority,

@@ -11,10 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from smg.core.snapshots import WorkerSnapshot
-
-
-def is_grpc(url: str) -> bool:
-    return url.startswith(("grpc://", "grpcs://"))
+from smg.pipeline.backends.grpc_pool import is_grpc_url
 
 
 def flush_report(
@@ -22,7 +19,7 @@ def flush_report(
 ) -> tuple[int, dict[str, Any]]:
     """`failures`: worker URL -> why it did not flush (every other worker flushed)."""
     successful = [w.url for w in workers if w.url not in failures]
-    grpc_workers = sum(1 for w in workers if is_grpc(w.url))
+    grpc_workers = sum(1 for w in workers if is_grpc_url(w.url))
     if not workers:
         message = "No workers available for cache flush"
     elif failures:

@@ -86,6 +86,7 @@ def build_flow(
         single=SingleWorker(runner=runner, relay=relay, engines=engines),
         http_pd=http_pd,
         grpc_pd=grpc_pd,
+        igw=cfg.routing.enable_igw,
     )
 
 

@@ -84,7 +84,6 @@ NOT_YET: tuple[NotYet, ...] = (
     NotYet("--routing-key-override", None, SWITCH, aliases=("--sticky-sessions",)),
     NotYet("--routing-key-headers", None, ANY),
     NotYet("--dp-minimum-tokens-scheduler", None, SWITCH),
-    NotYet("--enable-igw", 13, SWITCH),
     NotYet("--epd-disaggregation", None, SWITCH),
     NotYet("--encode", None, SOME),
     NotYet("--prefill-max-inflight-requests-per-worker", None, ONE, type=int),

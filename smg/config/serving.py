@@ -79,6 +79,11 @@ class PdConfig:
 @dataclass(frozen=True, slots=True)
 class RoutingConfig:
     policy: str = knob("cache_aware", "Load-balancing policy.", choices=POLICIES)
+    enable_igw: bool = knob(
+        False,
+        "Inference-gateway mode: many models side by side, each request routed by its `model` "
+        "(a native request without one is refused: 400 missing_model).",
+    )
     cache_threshold: float = knob(
         0.3,
         "cache_aware: least matched-prefix share that pins a request to the matching worker.",

@@ -47,6 +47,7 @@ class Flow:
         single: SingleWorker,
         http_pd: HttpPd | None = None,
         grpc_pd: GrpcPd | None = None,
+        igw: bool = False,
     ) -> None:
         self.runner = runner
         self.admission = admission
@@ -55,6 +56,7 @@ class Flow:
         self.single = single
         self.http_pd = http_pd  # PD mode: every request goes to a prefill/decode pair
         self.grpc_pd = grpc_pd
+        self.igw = igw  # IGW mode: a request without a model is never guessed a model
 
     async def serve(
         self, req: Request, render_with: RenderFactory, client: web.Request
@@ -83,11 +85,14 @@ class Flow:
             self.admission.release()
 
     # --- what the native edges ask besides answers -----------------------------------------------
-    def resolve_model(self, model: object) -> str:
-        """The model a native request names (404 if unknown), or the only one served."""
-        if isinstance(model, str) and model:
+    def resolve_model(self, model: object, path: str | None = None) -> str:
+        """The model a native request names (404 if unknown), or the only one served (outside
+        IGW mode: there, 400 `missing_model`, as the Rust gateway)."""
+        if isinstance(model, str) and model.strip():
             self.runner.candidates(model)
             return model
+        if self.igw:
+            raise errors.missing_model(path)
         served = list(self.runner.registry.value.by_model)
         if len(served) == 1:
             return served[0]

@@ -23,12 +23,15 @@ from smg.actors.messages import AddWorker, RemoveWorker
 from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import ActorRef
 from smg.api import requests as rq
+from smg.config import POLICIES
+from smg.config.not_yet import NOT_YET_VALUES
 from smg.core.health import HealthStatus
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.core.worker_urls import DeniedWorkerUrl, InvalidWorkerUrl
 from smg.flow.admission import Admission
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.pd import readiness_gap
+from smg.pipeline.policies.per_model import POLICY_LABEL
 
 _ADMIN_ASK_TIMEOUT_S = 10.0
 
@@ -198,6 +201,12 @@ class AdminRoutes:
         labels = body.get("labels") or {}
         if not isinstance(labels, dict):
             return _flat_error(400, "BAD_REQUEST", "Invalid JSON data: `labels` must be an object")
+        # the model's policy hint (IGW mode): `policy`, or the Rust gateway's `labels.policy`
+        policy = body.get("policy", labels.get(POLICY_LABEL))
+        if policy is not None:
+            if policy not in POLICIES or policy in NOT_YET_VALUES["--policy"]:
+                return _flat_error(400, "BAD_REQUEST", f"Invalid policy {policy!r}")
+            labels = {**labels, POLICY_LABEL: policy}
         msg = AddWorker(
             url=url,
             api_key=api_key,

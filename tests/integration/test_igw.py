@@ -4,7 +4,8 @@ Two HTTP `smg sim` workers serve `alpha`, one serves `beta`, and a simulated vLL
 `gamma` over gRPC (its tokenizer from GetTokenizer). The `openai` SDK reaches each model by id and
 each answer comes from a worker of that model; an unknown model is 404 `model_not_found`, a
 native request without a model is 400 `missing_model` (the Rust gateway's code and message), and
-/v1/models lists every model once in OpenAI's list shape.
+/v1/models lists every model once in OpenAI's list shape. A model's first worker may bring its
+own policy (`policy` on POST /workers); the launch `--policy` (round_robin) stays the others'.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import openai
 import pytest
 
-from .conftest import Gateway, Launcher, assert_openai_error
+from .conftest import Gateway, Launcher, assert_openai_error, wait_until
 
 ROUTED = "X-SMG-Routed-Worker-Id"
 MSGS = [{"role": "user", "content": "Which model are you?"}]
@@ -99,9 +100,55 @@ def test_a_native_request_naming_its_model_is_routed_by_it(igw: Igw) -> None:
 
 def test_models_lists_every_model_once(igw: Igw) -> None:
     listed = igw.client.models.list()
-    assert sorted(m.id for m in listed.data) == ["alpha", "beta", "gamma"]
+    ids = [m.id for m in listed.data]
+    assert len(ids) == len(set(ids)) and {"alpha", "beta", "gamma"} <= set(ids)
+    assert ids.count("alpha") == 1  # two workers, one entry
     for m in listed.data:
         assert m.object == "model" and m.owned_by and isinstance(m.created, int)
     raw = igw.gw.request("GET", "/v1/models").json()
     assert raw["object"] == "list"
     assert all(set(m) == {"id", "object", "created", "owned_by"} for m in raw["data"])
+
+
+def test_a_model_routes_with_its_own_policy(igw: Igw, module_launch: Launcher) -> None:
+    """`hashed` gets consistent_hashing from its first worker (the top-level `policy` field; the
+    second uses the Rust gateway's `labels.policy`); alpha keeps the launch round_robin."""
+    gw = igw.gw
+    bad = gw.request("POST", "/workers", {"url": "http://127.0.0.1:9", "policy": "fastest"})
+    assert bad.status == 400 and bad.json()["code"] == "BAD_REQUEST", bad.body
+    first, second = module_launch.sims("hashed", "hashed")
+    for body in (
+        {"url": first.url, "policy": "consistent_hashing"},
+        {"url": second.url, "labels": {"policy": "consistent_hashing"}},
+    ):
+        r = gw.request("POST", "/workers", body)
+        assert r.status == 202, r.body
+
+    def ready() -> bool:
+        mine = [w for w in gw.workers() if w["model_id"] == "hashed"]
+        return len(mine) == 2 and all(w["status"] == "ready" for w in mine)
+
+    wait_until(ready, 20.0, "the hashed workers to be ready")
+    hashed = {w["id"] for w in gw.workers() if w["model_id"] == "hashed"}
+    assert {w["labels"].get("policy") for w in gw.workers() if w["id"] in hashed} == {
+        "consistent_hashing"
+    }
+
+    def routed(model: str, n: int, content: str) -> list[str]:
+        msgs = [{"role": "user", "content": content}]
+        return [
+            igw.client.chat.completions.with_raw_response.create(
+                model=model, messages=msgs, max_tokens=2
+            ).headers[ROUTED]
+            for _ in range(n)
+        ]
+
+    for content in ("first conversation", "second conversation", "third one"):
+        sticky = routed("hashed", 4, content)
+        assert len(set(sticky)) == 1 and sticky[0] in hashed  # one key, one worker
+    turns = routed("alpha", 4, "first conversation")
+    assert set(turns) == igw.workers_of("alpha") and turns[0] != turns[1]  # round robin
+    chosen = gw.metric("smg_worker_selection_total", model="hashed", policy="consistent_hashing")
+    assert chosen is not None and chosen >= 1
+    assert gw.metric("smg_worker_selection_total", model="hashed", policy="round_robin") is None
+    assert gw.metric("smg_worker_selection_total", model="alpha", policy="round_robin")

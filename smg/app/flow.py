@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from smg.clock import Clock
-from smg.config import GatewayConfig
+from smg.config import GatewayConfig, model_aliases
 from smg.core.retry import RetryPolicy
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.flow.admission import Admission
@@ -96,6 +96,7 @@ def build_flow(
         http_pd=http_pd,
         grpc_pd=grpc_pd,
         igw=igw,
+        aliases=model_aliases(cfg.routing.model_alias),
     )
 
 

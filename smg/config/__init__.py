@@ -42,6 +42,7 @@ from smg.config.serving import (
     WorkersConfig,
     effective_max_attempts,
     effective_max_concurrency,
+    model_aliases,
 )
 from smg.config.storage import HISTORY_BACKENDS, StorageConfig, check_storage
 
@@ -77,6 +78,7 @@ __all__ = [
     "effective_max_connections",
     "knob",
     "load_mcp_config",
+    "model_aliases",
     "replace_path",
     "sections",
 ]

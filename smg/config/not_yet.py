@@ -104,7 +104,6 @@ NOT_YET: tuple[NotYet, ...] = (
     NotYet("--decode-selector", 14, SOME),
     NotYet("--router-selector", 14, SOME),
     NotYet("--model-id-from", 14, ONE),
-    NotYet("--model-alias", 13, ONE),
     NotYet("--discovery-file", 14, ONE),
     NotYet("--discovery-check-interval-secs", 14, ONE, type=int),
     NotYet("--log-dir", 14, ONE),

@@ -6,6 +6,8 @@ each answer comes from a worker of that model; an unknown model is 404 `model_no
 native request without a model is 400 `missing_model` (the Rust gateway's code and message), and
 /v1/models lists every model once in OpenAI's list shape. A model's first worker may bring its
 own policy (`policy` on POST /workers); the launch `--policy` (round_robin) stays the others'.
+`--model-alias` names reach the canonical model's workers, and the answer names the canonical
+model (as the Rust gateway, which rewrites the request's model).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ def igw(module_launch: Launcher) -> Iterator[Igw]:
     engine = module_launch.start_engine("gamma")
     sims = module_launch.sims("alpha", "alpha", "beta")
     module_launch.wait_engine(engine)
-    gw = module_launch.gateway([*sims, engine], enable_igw=True)
+    aliases = [["a1=alpha"], ["g=gamma"], ["beta=gamma"], ["ghost=nowhere"]]
+    gw = module_launch.gateway([*sims, engine], enable_igw=True, model_alias=aliases)
     model_of = {w["id"]: w["model_id"] for w in gw.workers()}
     assert sorted(model_of.values()) == ["alpha", "alpha", "beta", "gamma"]
     with gw.client() as client:
@@ -152,3 +155,33 @@ def test_a_model_routes_with_its_own_policy(igw: Igw, module_launch: Launcher) -
     assert chosen is not None and chosen >= 1
     assert gw.metric("smg_worker_selection_total", model="hashed", policy="round_robin") is None
     assert gw.metric("smg_worker_selection_total", model="alpha", policy="round_robin")
+
+
+@pytest.mark.parametrize(("alias", "model"), [("a1", "alpha"), ("g", "gamma")])
+def test_an_alias_reaches_its_canonical_model(igw: Igw, alias: str, model: str) -> None:
+    raw = igw.client.chat.completions.with_raw_response.create(
+        model=alias, messages=MSGS, max_tokens=3
+    )
+    out = raw.parse()
+    assert out.model == model and raw.headers[ROUTED] in igw.workers_of(model)
+    chunks = list(
+        igw.client.chat.completions.create(model=alias, messages=MSGS, max_tokens=3, stream=True)
+    )
+    assert {c.model for c in chunks} == {model}
+    done = igw.client.completions.create(model=alias, prompt="Say hi", max_tokens=2)
+    assert done.model == model
+    body = {"model": alias, "text": "hi", "sampling_params": {"max_new_tokens": 2}}
+    r = igw.gw.request("POST", "/generate", body)
+    assert r.status == 200 and r.header(ROUTED) in igw.workers_of(model), r.body[:300]
+
+
+def test_a_served_model_shadows_an_alias_and_aliases_are_not_listed(igw: Igw) -> None:
+    raw = igw.client.chat.completions.with_raw_response.create(
+        model="beta", messages=MSGS, max_tokens=2
+    )  # `beta=gamma`, but beta is served: beta it is
+    assert raw.parse().model == "beta" and raw.headers[ROUTED] in igw.workers_of("beta")
+    with pytest.raises(openai.NotFoundError) as info:  # an alias of a model nobody serves
+        igw.client.chat.completions.create(model="ghost", messages=MSGS, max_tokens=2)
+    assert info.value.code == "model_not_found"
+    ids = {m.id for m in igw.client.models.list().data}
+    assert not ids & {"a1", "g", "ghost"}  # /v1/models lists models, as the Rust gateway

@@ -100,6 +100,8 @@ class WorkerActor(Actor):
             # a failed probe may still have learned the model (a gRPC engine whose tokenizer
             # could not be loaded): known but unhealthy, so requests get 503, not 404
             snap = replace(snap, model_id=result.model_id)
+        if result.adapters is not None and result.adapters != snap.adapters:
+            snap = replace(snap, adapters=result.adapters)  # adapters loaded or unloaded
         ok = result.ok and snap.model_id is not None
         changed = self.health.observe(ok, now)
         if changed is not None:

@@ -51,7 +51,7 @@ def worker_json(w: WorkerSnapshot) -> dict[str, Any]:
         "id": w.worker_id,
         "model_id": w.model_id,
         "url": w.url,
-        "models": [{"id": w.model_id}] if w.model_id else [],
+        "models": [{"id": m} for m in (w.model_id, *w.adapters)] if w.model_id else [],
         "worker_type": w.worker_type,
         "connection_mode": "grpc" if w.url.startswith("grpc") else "http",
         "labels": dict(w.labels),

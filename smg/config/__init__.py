@@ -113,6 +113,11 @@ class SimConfig:
     host: str = knob("127.0.0.1", "Address the simulated worker binds.")
     port: int = knob(8000, "Port of the simulated worker.")
     model: str = knob("sim-model", "Model id the worker serves.")
+    adapters: tuple[str, ...] = knob(
+        (),
+        "LoRA adapter ids served besides --model (listed after it by /v1/models, as vLLM does).",
+        nargs="extend",
+    )
     first_token_ms: float = knob(0.0, "Latency before the first token (or the whole answer).")
     tokens_per_second: float = knob(0.0, "Decode speed after the first token; 0: no delay.")
     output_tokens: int = knob(16, "Tokens per answer when the request sets no max_tokens.")

@@ -48,6 +48,9 @@ class ProbeResult:
     ok: bool
     model_id: str | None = None
     detail: str = ""
+    # the other ids the worker serves besides `model_id` (LoRA adapters in its /v1/models); None:
+    # not asked this time (keep what is known)
+    adapters: tuple[str, ...] | None = None
 
 
 class WorkerHealth:

@@ -7,7 +7,8 @@ native request without a model is 400 `missing_model` (the Rust gateway's code a
 /v1/models lists every model once in OpenAI's list shape. A model's first worker may bring its
 own policy (`policy` on POST /workers); the launch `--policy` (round_robin) stays the others'.
 `--model-alias` names reach the canonical model's workers, and the answer names the canonical
-model (as the Rust gateway, which rewrites the request's model).
+model (as the Rust gateway, which rewrites the request's model). A worker serving LoRA
+adapters (every entry of its /v1/models) is reached by each adapter's id.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ class Igw:
 def igw(module_launch: Launcher) -> Iterator[Igw]:
     engine = module_launch.start_engine("gamma")
     sims = module_launch.sims("alpha", "alpha", "beta")
+    sims.append(module_launch.sim("base", adapters=["sql-lora", "chat-lora"]))
     module_launch.wait_engine(engine)
     aliases = [["a1=alpha"], ["g=gamma"], ["beta=gamma"], ["ghost=nowhere"]]
     gw = module_launch.gateway([*sims, engine], enable_igw=True, model_alias=aliases)
     model_of = {w["id"]: w["model_id"] for w in gw.workers()}
-    assert sorted(model_of.values()) == ["alpha", "alpha", "beta", "gamma"]
+    assert sorted(model_of.values()) == ["alpha", "alpha", "base", "beta", "gamma"]
     with gw.client() as client:
         yield Igw(gw, client, model_of)
 
@@ -185,3 +187,18 @@ def test_a_served_model_shadows_an_alias_and_aliases_are_not_listed(igw: Igw) ->
     assert info.value.code == "model_not_found"
     ids = {m.id for m in igw.client.models.list().data}
     assert not ids & {"a1", "g", "ghost"}  # /v1/models lists models, as the Rust gateway
+
+
+def test_every_id_a_worker_lists_is_routable(igw: Igw) -> None:
+    """The `base` worker's /v1/models lists two LoRA adapters after its model: each id reaches
+    it (the worker sees the id asked for: it picks the adapter), and each is listed once."""
+    (lora,) = igw.workers_of("base")
+    record = next(w for w in igw.gw.workers() if w["id"] == lora)
+    assert [m["id"] for m in record["models"]] == ["base", "sql-lora", "chat-lora"]
+    for model in ("base", "sql-lora", "chat-lora"):
+        raw = igw.client.chat.completions.with_raw_response.create(
+            model=model, messages=MSGS, max_tokens=2
+        )
+        assert raw.parse().model == model and raw.headers[ROUTED] == lora
+    ids = [m.id for m in igw.client.models.list().data]
+    assert all(ids.count(m) == 1 for m in ("base", "sql-lora", "chat-lora")), ids

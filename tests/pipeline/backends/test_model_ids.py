@@ -3,13 +3,14 @@ routable (indexed in the registry snapshot under every id)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from support.event_log import worker_snapshot
 
-from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
-from smg.core.snapshots import LoadCounter, RegistrySnapshot, WorkerSnapshot
+from smg.core.snapshots import RegistrySnapshot, WorkerSnapshot
 from smg.pipeline.backends.http import model_ids
 
 
@@ -30,16 +31,7 @@ def test_model_ids(data: Any, ids: tuple[str, ...]) -> None:
 
 
 def worker(wid: str, model: str | None, adapters: tuple[str, ...] = ()) -> WorkerSnapshot:
-    return WorkerSnapshot(
-        worker_id=wid,
-        url=f"http://{wid}",
-        model_id=model,
-        worker_type="regular",
-        health=HealthStatus.READY,
-        breaker=BreakerSnapshot(BreakerState.CLOSED),
-        counter=LoadCounter(),
-        adapters=adapters,
-    )
+    return replace(worker_snapshot(wid, model), health=HealthStatus.READY, adapters=adapters)
 
 
 def test_a_worker_is_indexed_under_its_model_and_each_adapter() -> None:

@@ -4,12 +4,14 @@ label otherwise; one instance per model while it is served; the runner picks wit
 from __future__ import annotations
 
 import random
+from dataclasses import replace
+
+from support.event_log import worker_snapshot
 
 from smg.config import RetryConfig, RoutingConfig
-from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
 from smg.core.retry import RetryPolicy
-from smg.core.snapshots import LoadCounter, RegistrySnapshot, SnapshotCell, WorkerSnapshot
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.flow.runner import Runner
 from smg.pipeline.policies import RouteRequest, make_policy
 from smg.pipeline.policies.per_model import ModelPolicies, policy_hint
@@ -17,16 +19,8 @@ from smg.pipeline.policies.round_robin import RoundRobinPolicy
 
 
 def worker(wid: str, model: str, policy: str | None = None) -> WorkerSnapshot:
-    return WorkerSnapshot(
-        worker_id=wid,
-        url=f"http://{wid}",
-        model_id=model,
-        worker_type="regular",
-        health=HealthStatus.READY,
-        breaker=BreakerSnapshot(BreakerState.CLOSED),
-        counter=LoadCounter(),
-        labels=(("policy", policy),) if policy else (),
-    )
+    labels = (("policy", policy),) if policy else ()
+    return replace(worker_snapshot(wid, model), health=HealthStatus.READY, labels=labels)
 
 
 def maker(log: list[str]):  # type: ignore[no-untyped-def]

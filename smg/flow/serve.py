@@ -94,8 +94,10 @@ class Flow:
         """`req` as its canonical model's request when it names an alias (`--model-alias`) no
         worker serves under that name: the model the workers see and the answer names (the Rust
         gateway rewrites the body the same way)."""
+        if not self.aliases:
+            return req
         asked = req.body.get("model")
-        if not self.aliases or not isinstance(asked, str):
+        if not isinstance(asked, str):
             return req
         canonical = self.model_of(asked)
         if canonical == asked:

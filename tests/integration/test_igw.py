@@ -109,7 +109,7 @@ def test_models_lists_every_model_once(igw: Igw) -> None:
     assert len(ids) == len(set(ids)) and {"alpha", "beta", "gamma"} <= set(ids)
     assert ids.count("alpha") == 1  # two workers, one entry
     for m in listed.data:
-        assert m.object == "model" and m.owned_by and isinstance(m.created, int)
+        assert m.object == "model" and m.owned_by == "self_hosted" and isinstance(m.created, int)
     raw = igw.gw.request("GET", "/v1/models").json()
     assert raw["object"] == "list"
     assert all(set(m) == {"id", "object", "created", "owned_by"} for m in raw["data"])
@@ -202,3 +202,33 @@ def test_every_id_a_worker_lists_is_routable(igw: Igw) -> None:
         assert raw.parse().model == model and raw.headers[ROUTED] == lora
     ids = [m.id for m in igw.client.models.list().data]
     assert all(ids.count(m) == 1 for m in ("base", "sql-lora", "chat-lora")), ids
+
+
+def test_pd_pairs_of_two_models_side_by_side(launch: Launcher) -> None:
+    """IGW in PD mode: each model's requests go to a prefill/decode pair of that model."""
+    sims = {
+        (model, role): launch.sim(
+            model, role=role, bootstrap_port=8998 if role == "prefill" else None
+        )
+        for model in ("left", "right")
+        for role in ("prefill", "decode")
+    }
+    gw = launch.gateway(
+        prefill=[(sims["left", "prefill"], 8998), (sims["right", "prefill"], 8998)],
+        decode=[sims["left", "decode"], sims["right", "decode"]],
+        enable_igw=True,
+    )
+    ids = {w["url"]: w["id"] for w in gw.workers()}
+    with gw.client() as client:
+        for model in ("left", "right", "left", "right"):
+            raw = client.chat.completions.with_raw_response.create(
+                model=model, messages=MSGS, max_tokens=3
+            )
+            assert raw.parse().model == model
+            assert raw.headers[ROUTED] == ids[sims[model, "decode"].url]
+            assert raw.headers["X-SMG-Prefill-Worker-Id"] == ids[sims[model, "prefill"].url]
+    for model in ("left", "right"):
+        assert sims[model, "prefill"].stats()["completed"] == 2
+        assert sims[model, "decode"].stats()["completed"] == 2
+    r = gw.request("POST", "/generate", {"text": "hi"})
+    assert_openai_error(r, 400, "missing_model")

@@ -2,12 +2,14 @@
 `policy` label (the Rust gateway's policy hint, `labels: {"policy": ...}` or `policy` on
 POST /workers) overrides it for that worker's model.
 
-As in the Rust gateway's policy registry, the first worker of a model decides: its hint, or the
-default when it has none; later workers' hints do not change a model's policy. A model's policy
-is one instance for as long as the model is served (a round-robin counter, a hash ring and a
-cache-aware policy's own trees keep their state across requests), made on first use by `make`;
-a model whose policy is the default shares the default instance (and with it the cache-aware
-trees the cache-index actor owns, which are already kept per model). Pure: no clock, no IO.
+As in the Rust gateway's policy registry, a model's first worker decides (the first registered
+of those serving it when it is first routed): its hint, or the default when it has none. Later
+workers' hints, and that worker leaving, change nothing until the model's last worker leaves. A
+model's own policy is one instance for as long as the model is served (a round-robin counter, a
+hash ring and a cache-aware policy's own trees keep their state across requests), made by
+`make`; a model whose policy is the default shares the default instance (and with it the
+cache-aware trees the cache-index actor owns, which are already kept per model). Pure: no clock,
+no IO.
 """
 
 from __future__ import annotations
@@ -30,36 +32,43 @@ def policy_hint(workers: Sequence[WorkerSnapshot]) -> str | None:
 class ModelPolicies:
     """Which policy picks among a model's workers."""
 
-    __slots__ = ("_by_model", "_known", "_make", "default")
+    __slots__ = ("_by_model", "_known", "_make", "_own", "default")
 
     def __init__(self, default: Policy, make: Callable[[str], Policy] | None = None) -> None:
         self.default = default
         self._make = make  # None: every model uses the default
-        self._by_model: dict[str, Policy] = {}
+        self._own: dict[str, Policy | None] = {}  # decided per model (None: the default)
         self._known: dict[str, set[str]] = {}  # worker ids per model at the last sync
 
     def for_model(self, model: str | None, workers: Sequence[WorkerSnapshot]) -> Policy:
-        """The policy of `model`, whose workers (any health, registration order) are `workers`."""
-        name = policy_hint(workers)
-        if model is None or self._make is None or name is None or name == self.default.name:
+        """The policy of `model`, whose workers (any health, registration order) are `workers`:
+        decided the first time the model is routed, kept until it is no longer served."""
+        if model is None or self._make is None:
             return self.default
-        policy = self._by_model.get(model)
-        if policy is None or policy.name != name:
-            policy = self._by_model[model] = self._make(name)
+        try:
+            own = self._own[model]
+        except KeyError:
+            name = policy_hint(workers)
+            own = None if name is None or name == self.default.name else self._make(name)
+            self._own[model] = own
             self._known[model] = {w.worker_id for w in workers}
-        return policy
+        return self.default if own is None else own
 
     def sync(self, by_model: Mapping[str, Sequence[WorkerSnapshot]]) -> None:
         """The registry changed (call once per new snapshot): a model no longer served loses its
-        own policy, and the others forget the workers that left."""
-        for model in [m for m in self._by_model if m not in by_model]:
-            del self._by_model[model]
-        for model, policy in self._by_model.items():
+        decision (and its own policy, with its state), the others' own policies forget the
+        workers that left."""
+        for model in [m for m in self._own if m not in by_model]:
+            del self._own[model]
+        for model, own in self._own.items():
             now = {w.worker_id for w in by_model[model]}
-            for worker_id in self._known.get(model, set()) - now:
-                policy.on_worker_removed(worker_id)
-        self._known = {m: {w.worker_id for w in by_model[m]} for m in self._by_model}
+            if own is not None:
+                for worker_id in self._known.get(model, set()) - now:
+                    own.on_worker_removed(worker_id)
+            self._known[model] = now
+        for model in [m for m in self._known if m not in self._own]:
+            del self._known[model]
 
     def models(self) -> dict[str, str]:
         """model -> policy name, for the models that do not use the default."""
-        return {model: policy.name for model, policy in self._by_model.items()}
+        return {model: own.name for model, own in self._own.items() if own is not None}

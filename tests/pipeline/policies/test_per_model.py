@@ -49,6 +49,19 @@ def test_default_unless_a_hint_and_one_instance_per_model() -> None:
     assert ModelPolicies(default).for_model("h", hinted) is default  # no maker: default only
 
 
+def test_the_decision_sticks_until_the_model_is_gone() -> None:
+    table = ModelPolicies(RoundRobinPolicy(), maker([]))
+    hinted, plain = worker("a", "h", "consistent_hashing"), worker("b", "h")
+    own = table.for_model("h", (hinted, plain))
+    table.sync({"h": (plain,)})  # the worker that brought the hint left; the model stays
+    assert table.for_model("h", (plain,)) is own
+    default = table.for_model("d", (worker("c", "d"), worker("e", "d", "random")))
+    table.sync({"h": (plain,), "d": (worker("e", "d", "random"),)})
+    assert table.for_model("d", (worker("e", "d", "random"),)) is default is table.default
+    table.sync({"h": (plain,)})  # d is gone: decided afresh when it comes back
+    assert table.for_model("d", (worker("e", "d", "random"),)).name == "random"
+
+
 class Spy(RoundRobinPolicy):
     def __init__(self, name: str) -> None:
         super().__init__()

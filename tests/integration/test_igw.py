@@ -1,7 +1,8 @@
 """IGW mode (`--enable-igw`) end to end: one gateway, workers of several models side by side.
 
-Two HTTP `smg sim` workers serve `alpha`, one serves `beta`, and a simulated vLLM engine serves
-`gamma` over gRPC (its tokenizer from GetTokenizer). The `openai` SDK reaches each model by id and
+Two HTTP `smg sim` workers serve `alpha`, one serves `beta`, and simulated vLLM engines serve
+`gamma` (Qwen3's tokenizer) and `tiny` (a tiny BPE) over gRPC, each tokenizer from the engine's
+GetTokenizer. The `openai` SDK reaches each model by id and
 each answer comes from a worker of that model; an unknown model is 404 `model_not_found`, a
 native request without a model is 400 `missing_model` (the Rust gateway's code and message), and
 /v1/models lists every model once in OpenAI's list shape. A model's first worker may bring its
@@ -15,9 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import openai
 import pytest
+from support.tiny_tokenizer import tiny_tokenizer_dir
+from tokenizers import Tokenizer
+
+from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 from .conftest import Gateway, Launcher, assert_openai_error, wait_until
 
@@ -30,6 +36,7 @@ class Igw:
     gw: Gateway
     client: openai.OpenAI
     model_of: dict[str, str]  # worker id -> its model
+    gw_tmp: Path  # where the tiny tokenizer was written
 
     def workers_of(self, model: str) -> set[str]:
         return {wid for wid, m in self.model_of.items() if m == model}
@@ -38,15 +45,19 @@ class Igw:
 @pytest.fixture(scope="module")
 def igw(module_launch: Launcher) -> Iterator[Igw]:
     engine = module_launch.start_engine("gamma")
+    tiny = module_launch.start_engine(
+        "tiny", tokenizer_dir=tiny_tokenizer_dir(module_launch.tmp / "tiny-tokenizer")
+    )
     sims = module_launch.sims("alpha", "alpha", "beta")
     sims.append(module_launch.sim("base", adapters=["sql-lora", "chat-lora"]))
     module_launch.wait_engine(engine)
-    aliases = [["a1=alpha"], ["g=gamma"], ["beta=gamma"], ["ghost=nowhere"]]
-    gw = module_launch.gateway([*sims, engine], enable_igw=True, model_alias=aliases)
+    module_launch.wait_engine(tiny)
+    aliases = [["a1=alpha"], ["g=gamma"], ["t=tiny"], ["beta=gamma"], ["ghost=nowhere"]]
+    gw = module_launch.gateway([*sims, engine, tiny], enable_igw=True, model_alias=aliases)
     model_of = {w["id"]: w["model_id"] for w in gw.workers()}
-    assert sorted(model_of.values()) == ["alpha", "alpha", "base", "beta", "gamma"]
+    assert sorted(model_of.values()) == ["alpha", "alpha", "base", "beta", "gamma", "tiny"]
     with gw.client() as client:
-        yield Igw(gw, client, model_of)
+        yield Igw(gw, client, model_of, module_launch.tmp)
 
 
 @pytest.mark.parametrize("model", ["alpha", "beta", "gamma"])
@@ -232,3 +243,21 @@ def test_pd_pairs_of_two_models_side_by_side(launch: Launcher) -> None:
         assert sims[model, "decode"].stats()["completed"] == 2
     r = gw.request("POST", "/generate", {"text": "hi"})
     assert_openai_error(r, 400, "missing_model")
+
+
+def test_each_engine_model_counts_with_its_own_tokenizer(igw: Igw) -> None:
+    """The same prompt is a different number of tokens for gamma (Qwen3) and tiny (a BPE of a
+    few hundred ids); usage says each model's count, by id and by alias alike."""
+    tiny = Tokenizer.from_file(str(igw.gw_tmp / "tiny-tokenizer" / "tokenizer.json"))
+    qwen = Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+    text = "Zebras juggle quantum xylophones"
+    counts = {}
+    for model, alias, tok in (("gamma", "g", qwen), ("tiny", "t", tiny)):
+        for asked in (model, alias):
+            done = igw.client.completions.create(model=asked, prompt=text, max_tokens=4)
+            assert done.model == model and done.usage is not None
+            assert done.usage.prompt_tokens == len(tok.encode(text).ids)
+            out = done.choices[0].text
+            assert len(tok.encode(out).ids) == done.usage.completion_tokens == 4, out
+        counts[model] = len(tok.encode(text).ids)
+    assert counts["gamma"] != counts["tiny"], counts

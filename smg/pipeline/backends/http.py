@@ -230,6 +230,9 @@ async def read_capped(content: Any, limit: int, watch: Watch) -> bytearray:
         watch.progress += 1
 
 
+_PROBE_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge)
+
+
 class HttpProber:
     """Health check of an HTTP worker: GET the health endpoint; learn the model from /v1/models
     (the way vLLM and SGLang servers announce what they serve): its first entry is the worker's
@@ -246,20 +249,25 @@ class HttpProber:
             status, _ = await self.backend.get_json(worker, self.endpoint, self.timeout_s)
             if status != 200:
                 return ProbeResult(ok=False, detail=f"{self.endpoint} answered {status}")
-            model_id = worker.model_id
-            status, data = await self.backend.get_json(worker, "/v1/models", self.timeout_s)
-            if status != 200 and model_id is not None:
-                return ProbeResult(ok=True, model_id=model_id)  # keep what is known
-            ids = model_ids(data) if status == 200 else ()
-            if model_id is None:
-                if not ids:
-                    return ProbeResult(ok=False, detail="/v1/models named no model")
-                model_id = ids[0]
-            # a model_id given at registration that the worker does not list: no adapters of it
-            adapters = tuple(i for i in ids if i != model_id) if model_id in ids else ()
-            return ProbeResult(ok=True, model_id=model_id, adapters=adapters)
-        except (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge) as exc:
+        except _PROBE_ERRORS as exc:
             return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        model_id = worker.model_id
+        try:
+            status, data = await self.backend.get_json(worker, "/v1/models", self.timeout_s)
+            ids = model_ids(data) if status == 200 else ()
+        except _PROBE_ERRORS as exc:
+            if model_id is None:
+                return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+            ids = ()
+        if model_id is None:
+            if not ids:
+                return ProbeResult(ok=False, detail="/v1/models named no model")
+            model_id = ids[0]
+        if not ids:  # healthy, and its list unreadable this time: keep what is known
+            return ProbeResult(ok=True, model_id=model_id)
+        # a model_id given at registration that the worker does not list: no adapters of it
+        adapters = tuple(i for i in ids if i != model_id) if model_id in ids else ()
+        return ProbeResult(ok=True, model_id=model_id, adapters=adapters)
 
 
 def model_ids(data: object) -> tuple[str, ...]:

@@ -82,7 +82,8 @@ class RoutingConfig:
     enable_igw: bool = knob(
         False,
         "Inference-gateway mode: many models side by side, each request routed by its `model` "
-        "(a native request without one is refused: 400 missing_model).",
+        "(a native request without one is refused: 400 missing_model), a model with its own "
+        "policy when its first worker names one (POST /workers `policy`).",
     )
     model_alias: tuple[str, ...] = knob(
         (),

@@ -96,6 +96,17 @@ def missing_field(name: str) -> ApiError:
     )
 
 
+def missing_model(path: str | None = None) -> ApiError:
+    """IGW mode: a native request must name its model (the Rust gateway's code; its message for
+    /generate)."""
+    return invalid_request(
+        f"{path or 'Requests'} {'requests ' if path else ''}must include a model when IGW "
+        "routing is enabled",
+        param="model",
+        code="missing_model",
+    )
+
+
 def model_not_found(model: str) -> ApiError:
     return ApiError(
         404,

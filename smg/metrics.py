@@ -168,7 +168,7 @@ class Metrics:
         self._req_children: dict[tuple[str, str], Any] = {}
         self._resp_children: dict[tuple[str, int, str], Any] = {}
         self._dur_children: dict[tuple[str, str], Any] = {}
-        self._sel_children: dict[tuple[str, str], Any] = {}
+        self._sel_children: dict[tuple[str, str, str], Any] = {}
 
     def request_done(
         self, method: str, path: str, status: int, error_code: str, seconds: float
@@ -188,13 +188,15 @@ class Metrics:
             )
         rchild.inc()
 
-    def selected(self, worker: WorkerSnapshot, model: str) -> None:
-        key = (worker.url, model)
+    def selected(self, worker: WorkerSnapshot, model: str, policy: str | None = None) -> None:
+        """`policy`: the one that chose (a model's own, IGW mode); default: the launch one."""
+        policy = policy or self.policy
+        key = (worker.url, model, policy)
         child = self._sel_children.get(key)
         if child is None:
             mode = "grpc" if worker.url.startswith("grpc") else "http"
             child = self._sel_children[key] = self.selections.labels(
-                worker.url, worker.worker_type, mode, model, self.policy
+                worker.url, worker.worker_type, mode, model, policy
             )
         child.inc()
 

@@ -24,6 +24,8 @@ from smg.actors.runtime import ActorRef, ActorStopped, AskTimeout
 from smg.api import requests as rq
 from smg.api.worker_body import FALLBACK_RUNTIME, BadWorkerBody, spec_fields, update_fields
 from smg.api.worker_reports import flush_report, loads_report
+from smg.config import POLICIES
+from smg.config.not_yet import NOT_YET_VALUES
 from smg.core.health import HealthStatus
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.core.worker_urls import DeniedWorkerUrl, InvalidWorkerUrl
@@ -32,6 +34,7 @@ from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.flush import FlushFailed
 from smg.pipeline.backends.grpc_pool import is_grpc_url
 from smg.pipeline.pd import readiness_gap
+from smg.pipeline.policies.per_model import POLICY_LABEL
 
 _ADMIN_ASK_TIMEOUT_S = 10.0
 _FLUSH_TIMEOUT_S = 30.0  # the whole fan-out; each worker's call has its own, shorter deadline
@@ -54,7 +57,7 @@ def worker_json(w: WorkerSnapshot) -> dict[str, Any]:
         "id": w.worker_id,
         "model_id": w.model_id,
         "url": w.url,
-        "models": [{"id": w.model_id}] if w.model_id else [],
+        "models": [{"id": m} for m in (w.model_id, *w.adapters)] if w.model_id else [],
         "worker_type": w.worker_type,
         "connection_mode": "grpc" if is_grpc_url(w.url) else "http",
         "runtime_type": w.runtime_type or FALLBACK_RUNTIME,
@@ -222,6 +225,13 @@ class AdminRoutes:
             fields = spec_fields(body)
         except BadWorkerBody as exc:
             return _flat_error(400, "BAD_REQUEST", str(exc))
+        # the model's policy hint (IGW mode): `policy`, or the Rust gateway's `labels.policy`
+        labels = dict(fields["labels"])
+        policy = body.get("policy", labels.get(POLICY_LABEL))
+        if policy is not None:
+            if policy not in POLICIES or policy in NOT_YET_VALUES["--policy"]:
+                return _flat_error(400, "BAD_REQUEST", f"Invalid policy {policy!r}")
+            fields["labels"] = tuple(sorted({**labels, POLICY_LABEL: policy}.items()))
         msg = AddWorker(url=url, **fields)
         try:
             snap: WorkerSnapshot = await self.registry().ask(msg, _ADMIN_ASK_TIMEOUT_S)

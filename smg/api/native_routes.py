@@ -143,6 +143,6 @@ class NativeRoutes:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         raw = await rq.read_body(request, self.max_payload)
         body = rq.parse_object(raw)
-        model = self.flow.resolve_model(body.get("model"))
+        model = self.flow.resolve_model(body.get("model"), "/generate")
         req = rq.flow_request(request, Kind.GENERATE, "/generate", raw, body, model, None, "req-")
         return await self.flow.serve(req, GenerateShaper, request)

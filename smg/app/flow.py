@@ -2,7 +2,8 @@
 
 Which dispatchers exist is decided here once: PD mode (`--pd-disaggregation`) gives HTTP PD and
 gRPC PD, each role picking with its own policy (`--prefill-policy`, `--decode-policy`; the main
-one by default); otherwise every request goes to one worker per attempt.
+one by default); otherwise every request goes to one worker per attempt. In IGW mode
+(`--enable-igw`) a model may have its own policy (its first worker's `policy` label).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import random
 
 from smg.clock import Clock
-from smg.config import GatewayConfig
+from smg.config import GatewayConfig, model_aliases
 from smg.core.retry import RetryPolicy
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.flow.admission import Admission
@@ -49,6 +50,12 @@ def build_flow(
     rng: random.Random,
 ) -> Flow:
     timeout_s = cfg.server.request_timeout_secs
+    igw = cfg.routing.enable_igw
+
+    def model_policy(name: str) -> Policy:
+        """IGW mode: a model's own policy (its first worker's `policy` label)."""
+        return make_policy(name, cfg.routing, rng, clock.now, loads=loads)
+
     runner = Runner(
         registry=registry,
         policy=policy,
@@ -57,11 +64,13 @@ def build_flow(
         rng=rng,
         metrics=metrics,
         request_timeout_s=timeout_s,
+        make_policy=model_policy if igw else None,
     )
     preparer = Preparer(
         tokenizers=tokenizers,
         parsers=ParserChoice(cfg.tokenizer.reasoning_parser, cfg.tokenizer.tool_call_parser),
-        wants_text=bool(_policy_names(cfg) & _TEXT_POLICIES),
+        # IGW mode: any model's policy may key on the text
+        wants_text=igw or bool(_policy_names(cfg) & _TEXT_POLICIES),
         now=clock.now,
     )
     relay = HttpRelay(runner, backend)
@@ -86,6 +95,8 @@ def build_flow(
         single=SingleWorker(runner=runner, relay=relay, engines=engines),
         http_pd=http_pd,
         grpc_pd=grpc_pd,
+        igw=igw,
+        aliases=model_aliases(cfg.routing.model_alias),
     )
 
 

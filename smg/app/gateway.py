@@ -64,6 +64,7 @@ from smg.config import (
     effective_max_concurrency,
     effective_max_connections,
     load_mcp_config,
+    model_aliases,
 )
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.flow.admission import Admission
@@ -107,6 +108,7 @@ class Gateway:
         self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
         check_limits(cfg.limits)
         check_storage(cfg.storage)  # e.g. --history-backend postgres without --postgres-db-url
+        model_aliases(cfg.routing.model_alias)  # a malformed --model-alias
         # an unreadable or malformed MCP servers file stops the start
         path = cfg.mcp.mcp_config_path
         self.mcp_config: McpConfig = load_mcp_config(path) if path else McpConfig()

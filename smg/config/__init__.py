@@ -42,6 +42,7 @@ from smg.config.serving import (
     WorkersConfig,
     effective_max_attempts,
     effective_max_concurrency,
+    model_aliases,
 )
 from smg.config.storage import HISTORY_BACKENDS, StorageConfig, check_storage
 
@@ -77,6 +78,7 @@ __all__ = [
     "effective_max_connections",
     "knob",
     "load_mcp_config",
+    "model_aliases",
     "replace_path",
     "sections",
 ]
@@ -111,6 +113,11 @@ class SimConfig:
     host: str = knob("127.0.0.1", "Address the simulated worker binds.")
     port: int = knob(8000, "Port of the simulated worker.")
     model: str = knob("sim-model", "Model id the worker serves.")
+    adapters: tuple[str, ...] = knob(
+        (),
+        "LoRA adapter ids served besides --model (listed after it by /v1/models, as vLLM does).",
+        nargs="extend",
+    )
     first_token_ms: float = knob(0.0, "Latency before the first token (or the whole answer).")
     tokens_per_second: float = knob(0.0, "Decode speed after the first token; 0: no delay.")
     output_tokens: int = knob(16, "Tokens per answer when the request sets no max_tokens.")

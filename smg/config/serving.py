@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smg.config.knobs import knob
+from smg.config.knobs import ConfigError, knob
 
 POLICIES = (
     "round_robin",
@@ -79,6 +79,18 @@ class PdConfig:
 @dataclass(frozen=True, slots=True)
 class RoutingConfig:
     policy: str = knob("cache_aware", "Load-balancing policy.", choices=POLICIES)
+    enable_igw: bool = knob(
+        False,
+        "Inference-gateway mode: many models side by side, each request routed by its `model` "
+        "(a native request without one is refused: 400 missing_model), a model with its own "
+        "policy when its first worker names one (POST /workers `policy`).",
+    )
+    model_alias: tuple[str, ...] = knob(
+        (),
+        "ALIAS=CANONICAL: requests for ALIAS go to CANONICAL's workers, as CANONICAL "
+        "(repeatable; a model actually served under ALIAS wins).",
+        nargs="append",
+    )
     cache_threshold: float = knob(
         0.3,
         "cache_aware: least matched-prefix share that pins a request to the matching worker.",
@@ -303,3 +315,29 @@ def effective_max_concurrency(adm: AdmissionConfig, cores: int) -> int:
 
 def effective_max_attempts(retry: RetryConfig) -> int:
     return 1 if retry.disable_retries else max(1, retry.retry_max_retries)
+
+
+def model_aliases(entries: tuple[str, ...]) -> dict[str, str]:
+    """`--model-alias` entries as alias -> canonical; ConfigError (the Rust gateway's words) on a
+    malformed entry or an alias naming two models."""
+    aliases: dict[str, str] = {}
+    for entry in entries:
+        alias, eq, canonical = entry.partition("=")
+        if not eq:
+            raise ConfigError(f"Invalid model-alias value '{entry}'. Expected: <alias>=<canonical>")
+        if not alias or not canonical:
+            raise ConfigError(
+                f"Invalid model-alias value '{entry}'. Alias and canonical model ID must be "
+                "non-empty"
+            )
+        if alias == canonical:
+            raise ConfigError(
+                f"Invalid model-alias value '{entry}'. Alias must differ from the canonical "
+                "model ID"
+            )
+        previous = aliases.setdefault(alias, canonical)
+        if previous != canonical:
+            raise ConfigError(
+                f"--model-alias {alias}: alias maps to both '{previous}' and '{canonical}'"
+            )
+    return aliases

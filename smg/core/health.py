@@ -49,6 +49,9 @@ class ProbeResult:
     model_id: str | None = None
     detail: str = ""
     runtime: str | None = None  # the engine the probe found ("sglang", "vllm"), when it can tell
+    # the other ids the worker serves besides `model_id` (LoRA adapters in its /v1/models); None:
+    # not asked this time (keep what is known)
+    adapters: tuple[str, ...] | None = None
 
 
 class WorkerHealth:

@@ -54,6 +54,8 @@ class WorkerSnapshot:
     # The engine behind it ("sglang", "vllm", ...): as registered, else as the probes detected it
     # (None until then; shown as the Rust gateway's fallback, "sglang").
     runtime_type: str | None = None
+    # other ids the worker serves (LoRA adapters, from its /v1/models): routable like model_id
+    adapters: tuple[str, ...] = ()
     # The breaker needs to hear about successes only while it is counting something.
     breaker_counting: bool = False
     # Where the request path reports outcomes (the worker's own actor); set once it runs.
@@ -75,7 +77,8 @@ class WorkerSnapshot:
 class RegistrySnapshot:
     workers: tuple[WorkerSnapshot, ...] = ()
     by_id: dict[str, WorkerSnapshot] = field(default_factory=dict)
-    # model id -> every worker serving it (any health); routability is checked per request
+    # model id (a LoRA adapter's too) -> every worker serving it (any health); routability is
+    # checked per request
     by_model: dict[str, tuple[WorkerSnapshot, ...]] = field(default_factory=dict)
 
     @staticmethod
@@ -84,6 +87,8 @@ class RegistrySnapshot:
         for w in workers:
             if w.model_id is not None:
                 by_model.setdefault(w.model_id, []).append(w)
+                for adapter in w.adapters:
+                    by_model.setdefault(adapter, []).append(w)
         return RegistrySnapshot(
             workers=workers,
             by_id={w.worker_id: w for w in workers},

@@ -32,6 +32,7 @@ from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.pipeline import pd
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.policies.base import Policy, RouteRequest
+from smg.pipeline.policies.per_model import ModelPolicies
 
 
 class Opened(Protocol):
@@ -48,7 +49,7 @@ log = structlog.get_logger("smg.runner")
 
 
 class RunnerMetrics(Protocol):
-    def selected(self, worker: WorkerSnapshot, model: str) -> None: ...
+    def selected(self, worker: WorkerSnapshot, model: str, policy: str | None = None) -> None: ...
     def retried(self, worker: WorkerSnapshot) -> None: ...
 
 
@@ -118,10 +119,15 @@ class Runner:
         rng: random.Random,
         metrics: RunnerMetrics,
         request_timeout_s: float = 1800.0,
+        make_policy: Callable[[str], Policy] | None = None,
     ) -> None:
+        """`policy` is every model's default; with `make_policy` (a policy by name), a model
+        whose first worker carries a `policy` label gets its own (`ModelPolicies`)."""
         self.timeout_s = request_timeout_s
         self.registry = registry
         self.policy = policy
+        self.policies = ModelPolicies(policy, make_policy)
+        self._synced = -1  # the registry version the per-model policies last saw
         self.retry = retry
         self.clock = clock
         self.rng = rng
@@ -139,19 +145,31 @@ class Runner:
 
     def select(
         self, model: str | None, route: RouteRequest, exclude: set[str] | None = None
-    ) -> WorkerSnapshot:
+    ) -> tuple[WorkerSnapshot, str]:
+        """A routable worker of `model` (not in `exclude` while others remain) and the name of
+        the policy that chose it."""
         now = self.clock.now()
-        pool = [w for w in self.candidates(model) if w.routable(now)]
+        candidates = self.candidates(model)
+        policy = self.policy_of(model, candidates)
+        pool = [w for w in candidates if w.routable(now)]
         if exclude:
             narrowed = [w for w in pool if w.worker_id not in exclude]
             if narrowed:
                 pool = narrowed
         if not pool:
             raise errors.no_healthy_worker(model)
-        index = self.policy.select(pool, route)
+        index = policy.select(pool, route)
         if index is None:
             raise errors.no_healthy_worker(model)
-        return pool[index]
+        return pool[index], policy.name
+
+    def policy_of(self, model: str | None, candidates: tuple[WorkerSnapshot, ...]) -> Policy:
+        """The policy picking among `model`'s workers (`candidates`)."""
+        cell = self.registry
+        if cell.version != self._synced:
+            self._synced = cell.version
+            self.policies.sync(cell.value.by_model)
+        return self.policies.for_model(model, candidates)
 
     async def open(
         self,
@@ -176,8 +194,8 @@ class Runner:
             left = self.timeout_s if attempt == 1 else deadline - clock.now()
             if left <= 0:
                 break
-            worker = self.select(model, route, failed)
-            self.metrics.selected(worker, model or "")
+            worker, policy = self.select(model, route, failed)
+            self.metrics.selected(worker, model or "", policy)
             counter = worker.counter
             counter.active += 1
             try:

@@ -20,6 +20,9 @@ leg's, is read back and rendered instead of relayed (chat.chat_renderer decides,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import orjson
 from aiohttp import web
 
 from smg import errors
@@ -47,6 +50,8 @@ class Flow:
         single: SingleWorker,
         http_pd: HttpPd | None = None,
         grpc_pd: GrpcPd | None = None,
+        igw: bool = False,
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         self.runner = runner
         self.admission = admission
@@ -55,12 +60,15 @@ class Flow:
         self.single = single
         self.http_pd = http_pd  # PD mode: every request goes to a prefill/decode pair
         self.grpc_pd = grpc_pd
+        self.igw = igw  # IGW mode: a request without a model is never guessed a model
+        self.aliases: Mapping[str, str] = aliases or {}  # --model-alias: alias -> canonical
 
     async def serve(
         self, req: Request, render_with: RenderFactory, client: web.Request
     ) -> web.StreamResponse:
         """The client's answer to `req`; `render_with` makes the surface's renderer for an
         engine's events. Client-facing failures raise `ApiError`."""
+        req = self.canonical(req)
         candidates = self.runner.candidates(req.model)  # unknown model: 404 before a permit
         tokens = token_mode(req, candidates)
         sampling = self.preparer.check(req) if tokens else None
@@ -82,12 +90,38 @@ class Flow:
             self.inflight.remove(task)
             self.admission.release()
 
+    def canonical(self, req: Request) -> Request:
+        """`req` as its canonical model's request when it names an alias (`--model-alias`) no
+        worker serves under that name: the model the workers see and the answer names (the Rust
+        gateway rewrites the body the same way)."""
+        if not self.aliases:
+            return req
+        asked = req.body.get("model")
+        if not isinstance(asked, str):
+            return req
+        canonical = self.model_of(asked)
+        if canonical == asked:
+            return req
+        body = {**req.body, "model": canonical}
+        return req._replace(model=canonical, body=body, raw=orjson.dumps(body))
+
+    def model_of(self, model: str) -> str:
+        """The canonical model for `model`: itself unless it is an alias of an unserved name."""
+        canonical = self.aliases.get(model)
+        if canonical is None or model in self.runner.registry.value.by_model:
+            return model
+        return canonical
+
     # --- what the native edges ask besides answers -----------------------------------------------
-    def resolve_model(self, model: object) -> str:
-        """The model a native request names (404 if unknown), or the only one served."""
-        if isinstance(model, str) and model:
+    def resolve_model(self, model: object, path: str | None = None) -> str:
+        """The model a native request names (404 if unknown), or the only one served (outside
+        IGW mode: there, 400 `missing_model`, as the Rust gateway)."""
+        if isinstance(model, str) and model.strip():
+            model = self.model_of(model)
             self.runner.candidates(model)
             return model
+        if self.igw:
+            raise errors.missing_model(path)
         served = list(self.runner.registry.value.by_model)
         if len(served) == 1:
             return served[0]

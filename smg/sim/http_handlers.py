@@ -390,7 +390,11 @@ class SimWorker:
         m = self.cfg.model
         card = {"id": m, "object": "model", "created": self._created, "owned_by": "smg-sim"}
         card |= {"root": m, "parent": None, "max_model_len": CONTEXT_LENGTH}
-        return json_response({"object": "list", "data": [card]})
+        # LoRA adapters as vLLM lists them: after the base model, each with it as parent
+        cards = [card] + [
+            card | {"id": a, "root": f"/adapters/{a}", "parent": m} for a in self.cfg.adapters
+        ]
+        return json_response({"object": "list", "data": cards})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         """SGLang's admin endpoint: 200 and a line of text (the sim keeps no prefix cache)."""

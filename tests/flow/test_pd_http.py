@@ -265,7 +265,7 @@ class FakeBackend(HttpBackend):
 
 
 class NoMetrics:
-    def selected(self, worker: WorkerSnapshot, model: str) -> None:
+    def selected(self, worker: WorkerSnapshot, model: str, policy: str | None = None) -> None:
         pass
 
     def retried(self, worker: WorkerSnapshot) -> None:

@@ -95,7 +95,7 @@ class NullMetrics:
     def __init__(self) -> None:
         self.retries = 0
 
-    def selected(self, worker: WorkerSnapshot, model: str) -> None:
+    def selected(self, worker: WorkerSnapshot, model: str, policy: str | None = None) -> None:
         pass
 
     def retried(self, worker: WorkerSnapshot) -> None:

@@ -237,9 +237,14 @@ async def read_capped(content: Any, limit: int, watch: Watch) -> bytearray:
         watch.progress += 1
 
 
+_PROBE_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge)
+
+
 class HttpProber:
-    """Health check of an HTTP worker: GET the health endpoint; learn the model once from
-    /v1/models (the way vLLM and SGLang servers announce what they serve)."""
+    """Health check of an HTTP worker: GET the health endpoint; learn the model from /v1/models
+    (the way vLLM and SGLang servers announce what they serve): its first entry is the worker's
+    model (unless registered with a `model_id`), the others (LoRA adapters) are routable by
+    their ids too. /v1/models is read at every check: adapters come and go."""
 
     def __init__(self, backend: HttpBackend, endpoint: str, timeout_s: float) -> None:
         self.backend = backend
@@ -251,25 +256,35 @@ class HttpProber:
             status, _ = await self.backend.get_json(worker, self.endpoint, self.timeout_s)
             if status != 200:
                 return ProbeResult(ok=False, detail=f"{self.endpoint} answered {status}")
-            model_id, runtime = worker.model_id, None
-            if model_id is None:
-                status, data = await self.backend.get_json(worker, "/v1/models", self.timeout_s)
-                model_id = _first_model(data) if status == 200 else None
-                if model_id is None:
-                    return ProbeResult(ok=False, detail="/v1/models named no model")
-                runtime = _runtime_of(data)
-            return ProbeResult(ok=True, model_id=model_id, runtime=runtime)
-        except (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge) as exc:
+        except _PROBE_ERRORS as exc:
             return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        model_id = worker.model_id
+        try:
+            status, data = await self.backend.get_json(worker, "/v1/models", self.timeout_s)
+            ids = model_ids(data) if status == 200 else ()
+            runtime = _runtime_of(data) if status == 200 else None
+        except _PROBE_ERRORS as exc:
+            if model_id is None:
+                return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+            ids, runtime = (), None
+        if model_id is None:
+            if not ids:
+                return ProbeResult(ok=False, detail="/v1/models named no model")
+            model_id = ids[0]
+        if not ids:  # healthy, and its list unreadable this time: keep what is known
+            return ProbeResult(ok=True, model_id=model_id, runtime=runtime)
+        # a model_id given at registration that the worker does not list: no adapters of it
+        adapters = tuple(i for i in ids if i != model_id) if model_id in ids else ()
+        return ProbeResult(ok=True, model_id=model_id, adapters=adapters, runtime=runtime)
 
 
-def _first_model(data: object) -> str | None:
-    if isinstance(data, dict):
-        items = data.get("data")
-        if isinstance(items, list) and items and isinstance(items[0], dict):
-            mid = items[0].get("id")
-            return mid if isinstance(mid, str) else None
-    return None
+def model_ids(data: object) -> tuple[str, ...]:
+    """The ids of an OpenAI model list (`{"data": [{"id": ...}, ...]}`), in order, once each."""
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return ()
+    ids = (item.get("id") for item in items if isinstance(item, dict))
+    return tuple(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
 
 
 # `owned_by` of a server's /v1/models entry -> its runtime (the Rust gateway's detection).

@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from .conftest import Gateway, Launcher, free_port, wait_until
+from .conftest import Gateway, Launcher, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ def test_two_nodes_share_chains_and_conversations(
     sim = launch.sim(MODEL)
     a, a_addr = _start(launch, "127.0.0.61", [sim], None, history)
     b, _ = _start(launch, "127.0.0.62", [], a_addr, history)
-    wait_until(lambda: b.worker_by_url(sim.url) is not None, 15.0, "B learns A's worker")
+    b.wait_ready(1, 20.0)  # B learns A's worker through the mesh and finds it healthy
 
     with a.client(timeout_s=20.0) as on_a, b.client(timeout_s=20.0) as on_b:
         first = on_a.responses.create(model=MODEL, input="First question.")

@@ -22,6 +22,7 @@ PURE = [
     ROOT / "pipeline" / "responses_replay.py",
     ROOT / "pipeline" / "responses_mcp.py",
     ROOT / "pipeline" / "responses_rounds.py",
+    ROOT / "pipeline" / "framed.py",
     ROOT / "pipeline" / "messages_request.py",
     ROOT / "pipeline" / "messages_output.py",
     ROOT / "pipeline" / "messages_blocks.py",

@@ -37,6 +37,7 @@ from smg.pipeline.chat_answer import ChatStep
 from smg.pipeline.choice import ChoiceState, OutputSpec
 from smg.pipeline.detokenize import DecodeFn
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
+from smg.pipeline.framed import FramedShaper, usage_count
 from smg.pipeline.messages_request import MessagesRequest
 from smg.pipeline.parsers.types import ParseDelta
 
@@ -70,7 +71,7 @@ def _no_tokens(ids: Sequence[int], skip_special_tokens: bool = True) -> str:
     raise AssertionError("a chat answer carries text, not tokens")
 
 
-class MessagesShaper:
+class MessagesShaper(FramedShaper):
     def __init__(
         self, req: MessagesRequest, message_id: str, spec: OutputSpec, decode: DecodeFn
     ) -> None:
@@ -89,30 +90,12 @@ class MessagesShaper:
         self.cached_tokens = 0
         self._frames: list[bytes] | None = None  # None: a whole answer (no events written)
 
-    @property
-    def all_done(self) -> bool:
-        return self.state.done
-
     # --- the flow's renderer interface -----------------------------------------------------------
-    def on_event(self, ev: EngineEvent) -> list[bytes]:
-        self._frames = frames = list[bytes]()
-        self._feed(ev)
-        return frames
-
-    def closing_frames(self) -> list[bytes]:
-        self._frames = frames = list[bytes]()
-        self._end()
-        return frames
-
     def failure_frames(self, err: ApiError) -> list[bytes]:
         self._frames = frames = list[bytes]()
         self.ended = True
         self._event("error", **anthropic_body(err))
         return frames
-
-    def collect(self, ev: EngineEvent) -> None:
-        self._frames = None
-        self._feed(ev)
 
     def whole(self) -> bytes | None:
         """The message; None when the engine failed (the flow answers the error)."""
@@ -123,22 +106,13 @@ class MessagesShaper:
         return orjson.dumps(self.message())
 
     # --- HTTP mode: a worker's chat answer -------------------------------------------------------
-    def chat_frames(self, step: ChatStep) -> list[bytes]:
-        self._frames = frames = list[bytes]()
-        self._chat(step)
-        return frames
-
-    def collect_chat(self, step: ChatStep) -> None:
-        self._frames = None
-        self._chat(step)
-
     def _chat(self, step: ChatStep) -> None:
         state = self.state
         usage = step.usage
         if usage is not None:  # the worker's counts (a stream sends them after the finish)
-            self.prompt_tokens = _count(usage, "prompt_tokens")
-            self.cached_tokens = _count(usage.get("prompt_tokens_details"), "cached_tokens")
-            state.completion_tokens = _count(usage, "completion_tokens")
+            self.prompt_tokens = usage_count(usage, "prompt_tokens")
+            self.cached_tokens = usage_count(usage.get("prompt_tokens_details"), "cached_tokens")
+            state.completion_tokens = usage_count(usage, "completion_tokens")
         self._begin()
         if not state.done:
             self._apply(step.delta)
@@ -316,8 +290,3 @@ def _input(arguments: str) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {"_raw": arguments}
     return value if isinstance(value, dict) else {"_raw": arguments}
-
-
-def _count(obj: Any, name: str) -> int:
-    value = obj.get(name) if isinstance(obj, dict) else None
-    return value if isinstance(value, int) and value >= 0 else 0

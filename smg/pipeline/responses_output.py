@@ -35,6 +35,7 @@ from smg.pipeline.chat_answer import ChatStep
 from smg.pipeline.choice import ChoiceState, OutputSpec
 from smg.pipeline.detokenize import DecodeFn
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
+from smg.pipeline.framed import FramedShaper, usage_count
 from smg.pipeline.parsers.types import ParseDelta
 from smg.pipeline.responses_object import failure, response_object, usage_object
 from smg.pipeline.responses_request import ResponsesRequest
@@ -83,7 +84,7 @@ def _no_tokens(ids: Sequence[int], skip_special_tokens: bool = True) -> str:
     raise AssertionError("a chat answer carries text, not tokens")
 
 
-class ResponsesShaper:
+class ResponsesShaper(FramedShaper):
     prefixes = PREFIX  # item kind -> id prefix
 
     def __init__(
@@ -111,21 +112,7 @@ class ResponsesShaper:
         self._frames: list[bytes] | None = None  # None: a whole answer (no events written)
         self._base = response_id.removeprefix("resp_")
 
-    @property
-    def all_done(self) -> bool:
-        return self.state.done
-
     # --- the flow's renderer interface -----------------------------------------------------------
-    def on_event(self, ev: EngineEvent) -> list[bytes]:
-        self._frames = frames = list[bytes]()
-        self._feed(ev)
-        return frames
-
-    def closing_frames(self) -> list[bytes]:
-        self._frames = frames = list[bytes]()
-        self._end()
-        return frames
-
     def failure_frames(self, err: ApiError) -> list[bytes]:
         self._frames = frames = list[bytes]()
         self._begin()
@@ -143,10 +130,6 @@ class ResponsesShaper:
         self._unfinished("incomplete", "The response was cancelled before the call was run")
         return self.response("cancelled", None)
 
-    def collect(self, ev: EngineEvent) -> None:
-        self._frames = None
-        self._feed(ev)
-
     def whole(self) -> bytes | None:
         """The final response object; None when the engine failed with nothing to show."""
         self._frames = None
@@ -158,16 +141,6 @@ class ResponsesShaper:
         return orjson.dumps(self.final)
 
     # --- HTTP mode: a worker's chat answer -------------------------------------------------------
-    def chat_frames(self, step: ChatStep) -> list[bytes]:
-        """The events of one streamed chat chunk (closing_frames ends the stream)."""
-        self._frames = frames = list[bytes]()
-        self._chat(step)
-        return frames
-
-    def collect_chat(self, step: ChatStep) -> None:
-        self._frames = None
-        self._chat(step)
-
     def _chat(self, step: ChatStep) -> None:
         state = self.state
         self._begin()
@@ -178,11 +151,11 @@ class ResponsesShaper:
                 state.finish_reason = step.finish_reason
         usage = step.usage
         if usage is not None:  # the worker's counts (a stream sends them after the finish)
-            self.prompt_tokens = _count(usage, "prompt_tokens")
-            self.cached_tokens = _count(usage.get("prompt_tokens_details"), "cached_tokens")
-            state.completion_tokens = _count(usage, "completion_tokens")
+            self.prompt_tokens = usage_count(usage, "prompt_tokens")
+            self.cached_tokens = usage_count(usage.get("prompt_tokens_details"), "cached_tokens")
+            state.completion_tokens = usage_count(usage, "completion_tokens")
             details = usage.get("completion_tokens_details")
-            self.reasoning_tokens = _count(details, "reasoning_tokens")
+            self.reasoning_tokens = usage_count(details, "reasoning_tokens")
 
     # --- the machine -----------------------------------------------------------------------------
     def _feed(self, ev: EngineEvent) -> None:
@@ -451,8 +424,3 @@ class ResponsesShaper:
             self.usage() if status != "in_progress" else None,
             error=(error or failure(err)) if status == "failed" else None,
         )
-
-
-def _count(obj: Any, name: str) -> int:
-    value = obj.get(name) if isinstance(obj, dict) else None
-    return value if isinstance(value, int) and value >= 0 else 0

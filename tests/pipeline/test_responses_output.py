@@ -5,13 +5,13 @@ whole answer for any chunking."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
+from support.engine_events import decode, events_for
 from support.responses_cases import QWEN_REPLY, WEATHER
 
 from smg.errors import ApiError
@@ -24,20 +24,6 @@ from smg.pipeline.responses_output import ResponsesRenderer, ResponsesShaper
 from smg.pipeline.responses_request import chat_body, parse_responses
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
-
-
-def decode(ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-    return "".join(chr(i) for i in ids)
-
-
-def events_for(text: str, chunk: int, reason: str = "stop") -> list[EngineEvent]:
-    ids = [ord(c) for c in text]
-    out: list[EngineEvent] = [
-        TokenDelta(0, ids[i : i + chunk], 7, min(len(ids), i + chunk), cached_tokens=2)
-        for i in range(0, len(ids), chunk)
-    ]
-    out.append(Finished(0, reason, 7, len(ids)))
-    return out
 
 
 def shaper(tools: bool = False, model: str = "plain-model", **fields: Any) -> ResponsesShaper:

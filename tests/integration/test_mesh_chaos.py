@@ -155,11 +155,15 @@ def test_one_sided_cuts_leave_nobody_dead_once_lifted(
     t0 = time.monotonic()
     wait_until(lambda: all_alive([a, b, c], 3), 15.0, "all alive in every view after the cut")
     print(f"cut lifted -> all alive everywhere after {time.monotonic() - t0:.2f} s")
+    # from here on nobody is DEAD in any view (a live node briefly suspected on a busy box
+    # refutes it: SWIM's own cure; a DEAD verdict is the failure this test is about)
     for n in trio:
         view = members(n)
         for addr, node_id in ids.items():
-            assert view[node_id]["state"] == "alive", (n.addr, addr, view[node_id])
+            assert view[node_id]["state"] != "dead", (n.addr, addr, view[node_id])
     wait_until(lambda: a.gw.worker_by_url(sim.url) is not None, 10.0, "A imports B's worker")
     wait_until(lambda: len(digests(list(trio))) == 1, 10.0, "identical worker directories")
     time.sleep(1.0)  # and it stays that way: no late DEAD from a stale suspicion
-    assert all_alive([a, b, c], 3)
+    for n in trio:
+        assert all(m["state"] != "dead" for m in members(n).values()), n.addr
+    wait_until(lambda: all_alive([a, b, c], 3), 10.0, "all alive again in every view")

@@ -3,8 +3,12 @@ brings other nodes' cache summaries to the cache-index actor.
 
 Workers registered here (command line, `POST /workers`) are published to the replicated
 directory; workers other nodes published are imported and health-checked locally; a removal
-through `DELETE /workers` on any node removes the worker everywhere. A node that dies leaves its
-records behind, so the others keep serving its workers.
+through `DELETE /workers` on any node removes the worker everywhere, and a change through
+`PATCH` / `PUT /workers/{id}` (priority, cost, labels...) changes it everywhere: the node that
+took it publishes the new spec (a later stamp wins), the others apply what differs from the spec
+they last synced (never from their registry's value: a change of their own that is still on its
+way to the directory is not undone by the record it is about to replace). A node that dies
+leaves its records behind, so the others keep serving its workers.
 
 Everything arrives as events on the bus: `WorkerAdded` / `WorkerRemoved` from the registry (the
 ones registered here are announced; the imported ones, which this actor caused, are not), and
@@ -34,8 +38,10 @@ from smg.actors.messages import (
     MeshDocumentsChanged,
     RemoveWorker,
     Resync,
+    UpdateWorker,
     WorkerAdded,
     WorkerRemoved,
+    WorkerUpdated,
 )
 from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import Actor, ActorRef
@@ -62,6 +68,23 @@ def spec_of(worker: WorkerSnapshot) -> dict[str, Any]:
             "bootstrap_port": worker.bootstrap_port,
         }
     )
+
+
+# the spec fields a peer's PATCH / PUT may change here (url is the key; model_id only to a value)
+_UPDATABLE = ("worker_type", "model_id", "priority", "cost", "labels", "bootstrap_port")
+
+
+def spec_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The `UpdateWorker` changes that turn a worker synced at `before` into `after`."""
+    out: list[tuple[str, Any]] = []
+    for name in _UPDATABLE:
+        value = after.get(name)
+        if value == before.get(name) or (name == "model_id" and value is None):
+            continue
+        if name == "labels":
+            value = tuple(tuple(kv) for kv in value or ())
+        out.append((name, value))
+    return tuple(out)
 
 
 def add_message(spec: dict[str, Any]) -> AddWorker:
@@ -92,25 +115,27 @@ class MeshSyncActor(Actor):
         self.summaries = summaries
         self.imported: set[str] = set()  # urls this node imported from the directory
         self.announced: set[str] = set()  # urls this node published as added
+        self.synced: dict[str, dict[str, Any]] = {}  # url -> the directory's spec last applied
         self._seen_summaries: dict[str, bytes] = {}  # summary key -> the bytes last imported
 
     async def on_start(self) -> None:
-        types = (WorkerAdded, WorkerRemoved, MeshDocumentsChanged)
+        types = (WorkerAdded, WorkerRemoved, WorkerUpdated, MeshDocumentsChanged)
         self.events.subscribe(self.ref, types, Delivery.RESYNC)
         self.ref.tell(Resync())  # whatever changed before this incarnation ran
 
     async def handle(self, message: Any) -> Any:
         match message:
-            case WorkerAdded(worker=w, imported=False):
-                self.directory.publish_add(w.url, spec_of(w), self.hlc.now())
+            case WorkerAdded(worker=w, imported=False) | WorkerUpdated(worker=w, imported=False):
+                self._publish(w)
                 self.imported.discard(w.url)
                 self.announced.add(w.url)
             case WorkerRemoved(worker=w, imported=False):
                 self.directory.publish_remove(w.url, self.hlc.now())
                 self.imported.discard(w.url)
                 self.announced.discard(w.url)
-            case WorkerAdded() | WorkerRemoved():
-                pass  # imported or removed by this actor: the directory already says so
+                self.synced.pop(w.url, None)
+            case WorkerAdded() | WorkerRemoved() | WorkerUpdated():
+                pass  # imported, removed or changed by this actor: the directory already says so
             case MeshDocumentsChanged(namespaces=namespaces):
                 if CACHE in namespaces:
                     self._import_hints()
@@ -124,12 +149,19 @@ class MeshSyncActor(Actor):
                 raise TypeError(f"MeshSyncActor: unexpected message {message!r}")
         return None
 
+    def _publish(self, w: WorkerSnapshot) -> None:
+        self.directory.publish_add(w.url, spec_of(w), self.hlc.now())
+        spec = self.directory.effective().get(w.url)
+        if spec is not None:
+            self.synced[w.url] = spec
+
     async def _reconcile(self) -> None:
         wanted = self.directory.effective()
         removed = self.directory.removed()
         present = {w.url: w for w in self.registry_cell.value.workers}
         for url, spec in wanted.items():
             if url in present:
+                await self._apply_change(present[url], spec)
                 continue
             try:
                 await self.registry.ask(add_message(spec), _ASK_TIMEOUT_S)
@@ -139,6 +171,7 @@ class MeshSyncActor(Actor):
                 log.warning("mesh_import_failed", url=url, error=repr(exc))
                 continue
             self.imported.add(url)
+            self.synced[url] = spec
             log.info("mesh_worker_imported", url=url)
         for url in removed:
             w = present.get(url)
@@ -147,17 +180,37 @@ class MeshSyncActor(Actor):
             await self.registry.ask(RemoveWorker(w.worker_id, imported=True), _ASK_TIMEOUT_S)
             self.imported.discard(url)
             self.announced.discard(url)
+            self.synced.pop(url, None)
             log.info("mesh_worker_removed", url=url)
+
+    async def _apply_change(self, w: WorkerSnapshot, spec: dict[str, Any]) -> None:
+        """A peer's PATCH / PUT of a worker this node has: what changed since the last sync."""
+        before = self.synced.get(w.url)
+        self.synced[w.url] = spec
+        changes = spec_changes(before, spec) if before is not None else ()
+        if not changes:
+            return
+        msg = UpdateWorker(w.worker_id, changes, imported=True)
+        try:
+            await self.registry.ask(msg, _ASK_TIMEOUT_S)
+        except Exception as exc:  # the worker's actor restarting: the next change retries
+            log.warning("mesh_update_failed", url=w.url, error=repr(exc))
+            return
+        log.info("mesh_worker_updated", url=w.url, fields=[name for name, _ in changes])
 
     def _announce_missed(self) -> None:
         """Announcements lost with dropped events: a worker registered here that the directory
-        has no record of is published; one announced here that has left the registry while the
+        has no record of is published, and so is one changed here since its last sync; one
+        announced here that has left the registry while the
         directory still serves it is published as removed."""
         latest = self.directory.latest()
         present = {w.url: w for w in self.registry_cell.value.workers}
         for url, w in present.items():
             if url not in self.imported and url not in latest:
-                self.directory.publish_add(url, spec_of(w), self.hlc.now())
+                self._publish(w)
+                self.announced.add(url)
+            elif url in self.synced and spec_changes(self.synced[url], spec_of(w)):
+                self._publish(w)  # a change made here whose WorkerUpdated was dropped
                 self.announced.add(url)
         for url in [u for u in self.announced if u not in present]:
             rec = latest.get(url)

@@ -62,6 +62,7 @@ class UpdateWorker:
 
     worker_id: str
     changes: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
+    imported: bool = False  # the mesh's directory changed it (not announced back to it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,14 @@ class WorkerAdded:
 class WorkerRemoved:
     worker: WorkerSnapshot  # its last snapshot
     imported: bool  # removed because the mesh's directory said so
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerUpdated:
+    """A worker's registration changed in place (PATCH / PUT, or a peer's change imported)."""
+
+    worker: WorkerSnapshot  # the snapshot with the change
+    imported: bool  # changed because the mesh's directory said so
 
 
 @dataclass(frozen=True, slots=True)

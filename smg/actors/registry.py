@@ -29,6 +29,7 @@ from smg.actors.messages import (
     WorkerHealthChanged,
     WorkerModelChanged,
     WorkerRemoved,
+    WorkerUpdated,
 )
 from smg.actors.runtime import Actor, ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
@@ -158,7 +159,8 @@ class RegistryActor(Actor):
         self.workers[msg.worker_id] = snap
         self._publish()
         self._announce_changes(before, snap)
-        log.info("worker_updated", worker=snap.url, worker_id=msg.worker_id)
+        log.info("worker_updated", worker=snap.url, worker_id=msg.worker_id, mesh=msg.imported)
+        self.events.publish(WorkerUpdated(snap, msg.imported))
         return snap
 
     def _announce_changes(self, before: WorkerSnapshot, after: WorkerSnapshot) -> None:

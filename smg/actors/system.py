@@ -9,6 +9,7 @@ actors):
 | WorkerAdded, WorkerRemoved                  | registry       | mesh sync (resync); removed also: |
 |                                             |                | cache index (resync), load        |
 |                                             |                | monitor (drop), KV events (resync)|
+| WorkerUpdated (PATCH / PUT)                 | registry       | mesh sync (resync)                |
 | WorkerHealthChanged                         | registry       | KV events (resync), metrics (drop)|
 | WorkerBreakerChanged                        | registry       | metrics (drop)                    |
 | WorkerModelChanged                          | registry       | none yet (the vocabulary is whole)|

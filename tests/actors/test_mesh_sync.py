@@ -1,6 +1,7 @@
 """MeshSyncActor on the event bus, with a real registry, on a fake clock (no sockets): what this
 node registers is announced, what a peer's directory holds is imported (and not announced back),
-and a Resync announces what dropped events left out."""
+a PATCH / PUT on either side reaches the other, and a Resync announces what dropped events left
+out."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from support.event_log import registry_spec
 
 from smg.actors.event_bus import EventBus
 from smg.actors.mesh_sync import MeshSyncActor
-from smg.actors.messages import AddWorker, MeshDocumentsChanged, RemoveWorker, Resync
+from smg.actors.messages import (
+    AddWorker,
+    MeshDocumentsChanged,
+    RemoveWorker,
+    Resync,
+    UpdateWorker,
+)
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.clock import FakeClock, settle
@@ -128,3 +135,58 @@ async def test_a_resync_announces_what_the_dropped_events_carried(node: Node) ->
     await settle()
     assert node.owner_of("http://d:1") == (node.directory.node_id, "remove")
     assert node.owner_of("http://c:1")[1] == "add" and kept.url in node.urls()
+
+
+def worker(node: Node, url: str) -> WorkerSnapshot:
+    return next(w for w in node.cell.value.workers if w.url == url)
+
+
+async def test_a_change_made_here_is_published_with_a_later_stamp(node: Node) -> None:
+    snap = await node.registry.ask(AddWorker("http://e:1", model_id="m"), 5.0)
+    await settle()
+    first = node.directory.latest()["http://e:1"].ts
+    change = (("priority", 7), ("labels", (("tier", "gold"),)), ("api_key", "sk-never-shared"))
+    await node.registry.ask(UpdateWorker(snap.worker_id, change), 5.0)
+    await settle()
+    rec = node.directory.latest()["http://e:1"]
+    assert rec.action == "add" and rec.ts > first
+    spec = node.directory.effective()["http://e:1"]
+    assert spec["priority"] == 7 and [list(kv) for kv in spec["labels"]] == [["tier", "gold"]]
+    assert "api_key" not in spec and "sk-never-shared" not in repr(node.directory.records())
+
+
+async def test_a_peers_change_is_applied_here_and_not_announced_back(node: Node) -> None:
+    peer = directory("n2")
+    spec = {"url": "http://f:1", "model_id": "m", "priority": 50, "cost": 1.0}
+    peer.publish_add("http://f:1", spec, (1, 0, peer.node_id))
+    from_peer(node, peer)
+    await settle()
+    assert worker(node, "http://f:1").priority == 50
+    changed = {**spec, "priority": 3, "cost": 2.5, "labels": [["zone", "b"]]}
+    peer.publish_add("http://f:1", changed, (2, 0, peer.node_id))
+    from_peer(node, peer)
+    await settle()
+    w = worker(node, "http://f:1")
+    assert (w.priority, w.cost, w.labels) == (3, 2.5, (("zone", "b"),))
+    assert not [r for r in node.directory.records() if r.owner == node.directory.node_id]
+
+
+async def test_a_change_here_is_not_undone_by_the_record_it_is_about_to_replace(
+    node: Node,
+) -> None:
+    peer = directory("n2")
+    spec = {"url": "http://g:1", "model_id": "m", "priority": 50}
+    peer.publish_add("http://g:1", spec, (1, 0, peer.node_id))
+    from_peer(node, peer)
+    await settle()
+    w = worker(node, "http://g:1")
+    node.bus.unsubscribe(node.sync)  # the change's WorkerUpdated is lost (a full mailbox)
+    await node.registry.ask(UpdateWorker(w.worker_id, (("priority", 9),)), 5.0)
+    # the directory still holds the peer's record (priority 50) when a document change comes in
+    node.sync.tell(MeshDocumentsChanged(frozenset({"workers"})))
+    await settle()
+    assert worker(node, "http://g:1").priority == 9
+    node.sync.tell_control(Resync())  # what the bus sends after dropping events
+    await settle()
+    assert node.owner_of("http://g:1") == (node.directory.node_id, "add")
+    assert node.directory.effective()["http://g:1"]["priority"] == 9

@@ -1,7 +1,7 @@
 """A real 3-node mesh on loopback: `smg node --join`, one address per node (127.0.0.x).
 
 A worker registered on node A serves through B and C; A is killed with SIGKILL and B and C keep
-serving it; a removal on B reaches C; a partition (the in-process fault-injecting transport)
+serving it; a change (PATCH) and a removal on B reach C; a partition (the in-process fault-injecting transport)
 hides a registration until it heals; garbage on the mesh port is counted and dropped.
 """
 
@@ -113,9 +113,21 @@ def test_worker_registered_on_a_serves_through_b_and_c_and_survives_a(
     )
     assert b.chat_ok() and c.chat_ok()  # its worker outlives it
 
-    # A removal on B reaches C.
+    # A change on B (PATCH) reaches C; the worker's own key stays on B.
     worker = b.gw.worker_by_url(sim.url)
     assert worker is not None
+    patch = {"priority": 7, "labels": {"zone": "b"}, "api_key": "sk-b-only"}
+    r = b.gw.request("PATCH", f"/workers/{worker['id']}", patch)
+    assert r.status == 202, r
+
+    def changed_on_c() -> bool:
+        w = c.gw.worker_by_url(sim.url)
+        return w is not None and w["priority"] == 7 and w["labels"] == {"zone": "b"}
+
+    wait_until(changed_on_c, 5.0, "C sees B's change of the worker")
+    assert c.chat_ok()  # C still calls it (with its own key: none here)
+
+    # A removal on B reaches C.
     r = b.gw.request("DELETE", f"/workers/{worker['id']}")
     assert r.status == 202, r
     wait_until(lambda: c.gw.worker_by_url(sim.url) is None, 5.0, "C forgets the removed worker")

@@ -7,9 +7,10 @@ body token mode prepares (chat template, tool and reasoning parsers) and runs it
 `Flow.serve` with the Responses renderer (smg.pipeline.responses_output), which shapes the
 engine's events as output items: a whole `response` object, or the typed event stream.
 
-Storage (`store`, default true): the finished response (its input and output items, the response
-object as sent) is stored under the caller's tenant; with `conversation` its input and output
-items are appended to that conversation (whose items are the history the model sees first).
+Storage (`store`, default true; smg.api.responses_history): the finished response (its input
+and output items, the response object as sent) is stored under the caller's tenant; with
+`conversation` its input and output items are appended to that conversation (whose items are
+the history the model sees first).
 A whole answer is stored before it is sent: when storage fails the client gets 503
 `response_store_failed` instead of an answer it could not chain from. A stream has sent its
 `response.completed` by then: a failure to store it is logged (`response_store_failed`, with the
@@ -50,6 +51,7 @@ from aiohttp import web
 
 from smg.api import requests as rq
 from smg.api.responses_background import Background, Job, sse
+from smg.api.responses_history import ResponseHistory
 from smg.api.responses_loop import ToolLoop
 from smg.api.stored import json_response, list_query, new_id, page_response, stored, tenant_of
 from smg.errors import ApiError
@@ -68,17 +70,13 @@ from smg.pipeline.responses_request import (
 )
 from smg.pipeline.sampling import sampling_from_openai
 from smg.storage import (
-    MAX_PAGE_LIMIT,
     ItemConflict,
-    ListQuery,
     Storage,
     StorageError,
     StoredResponse,
 )
 
-MAX_CONVERSATION_ITEMS = 10_000  # items a conversation's history is read back with, at most
 CANCEL_WAIT_S = 10.0  # a cancelled background response's task, waited for before storing
-MAX_CHAIN = 256  # responses a previous_response_id chain may go back (a bound on the rebuild)
 log = structlog.get_logger("smg.api")
 
 
@@ -95,6 +93,7 @@ class ResponsesRoutes:
     ) -> None:
         self.flow = flow
         self.storage = storage
+        self.history = ResponseHistory(storage)  # chains, conversations, storing
         # background responses (smg.api.responses_background); None: refused
         self.background = background
         self.tools = tools  # the MCP tool loop (None: MCP tools are refused)
@@ -124,10 +123,10 @@ class ResponsesRoutes:
         tenant = tenant_of(request)
         history: list[dict[str, Any]] = []
         if parsed.previous_response_id is not None:
-            history = await self._chain(tenant, parsed.previous_response_id)
+            history = await self.history.chain(tenant, parsed.previous_response_id)
             parsed = with_history(parsed, history)
         elif parsed.conversation is not None:
-            history = await self._conversation(tenant, parsed.conversation)
+            history = await self.history.conversation(tenant, parsed.conversation)
             parsed = with_history(parsed, history)
         if parsed.background and self.background is None:  # background mode off: run it now
             parsed = dataclasses.replace(parsed, background=False)
@@ -159,7 +158,7 @@ class ResponsesRoutes:
         final = render.made.final if render.made is not None else {}
         if final and (parsed.store or parsed.conversation is not None):
             try:
-                await self._keep(tenant, parsed, self._input_items(parsed, history), final)
+                await self.history.keep(tenant, parsed, self._input_items(parsed, history), final)
             except (StorageError, ItemConflict) as exc:
                 log.error(
                     "response_store_failed",
@@ -182,19 +181,6 @@ class ResponsesRoutes:
             for i in stored_items(parsed.input, new_id)
         ]
 
-    async def _keep(
-        self,
-        tenant: str,
-        parsed: ResponsesRequest,
-        items: list[dict[str, Any]],
-        final: dict[str, Any],
-    ) -> None:
-        """Store the finished response (with `store`) and append it to its conversation."""
-        if parsed.store:
-            await self._store(tenant, parsed, items, final)
-        if parsed.conversation is not None:
-            await self._append(tenant, parsed.conversation, [*items, *final["output"]])
-
     # --- background responses --------------------------------------------------------------------
     async def _start_background(
         self,
@@ -214,19 +200,19 @@ class ResponsesRoutes:
         key = (tenant, response_id)
         items = self._input_items(parsed, history)
         queued = response_object(parsed, response_id, int(time.time()), "queued", [], None)
-        await stored(self._store(tenant, parsed, items, queued))
+        await stored(self.history.store(tenant, parsed, items, queued))
         live = dataclasses.replace(parsed, stream=True)  # its frames go to the job's event log
         req = _flow_request(request, live, sampling)
 
         async def run(job: Job) -> None:
-            await self._store(tenant, parsed, items, {**queued, "status": "in_progress"})
+            await self.history.store(tenant, parsed, items, {**queued, "status": "in_progress"})
             try:
                 await self.flow.serve(req, job.render, request)
                 final = _final(job)
             except asyncio.CancelledError:
                 if not job.cancelled:  # the gateway stops: what it had is kept as cancelled
                     with contextlib.suppress(StorageError, TimeoutError):
-                        stopped = self._store(tenant, parsed, items, _cancelled(job))
+                        stopped = self.history.store(tenant, parsed, items, _cancelled(job))
                         await asyncio.wait_for(stopped, CANCEL_WAIT_S)
                 raise
             except ApiError as err:
@@ -240,7 +226,7 @@ class ResponsesRoutes:
                     )
                 )  # fmt: skip
             try:
-                await self._keep(tenant, parsed, items, final)
+                await self.history.keep(tenant, parsed, items, final)
             except (StorageError, ItemConflict) as exc:
                 log.error("response_store_failed", response_id=response_id, error=str(exc))
 
@@ -258,79 +244,8 @@ class ResponsesRoutes:
             job.task.cancel()
             await asyncio.wait({job.task}, timeout=CANCEL_WAIT_S)
         body = _cancelled(job)
-        await stored(self._store(tenant, job.render.req, job.items, body))
+        await stored(self.history.store(tenant, job.render.req, job.items, body))
         return body
-
-    async def _conversation(self, tenant: str, conversation_id: str) -> list[dict[str, Any]]:
-        """The conversation's items, oldest first (at most MAX_CONVERSATION_ITEMS)."""
-        if await stored(self.storage.get_conversation(tenant, conversation_id)) is None:
-            raise ApiError(
-                404,
-                "conversation_not_found",
-                f"Conversation '{conversation_id}' not found. Please create the conversation "
-                "first using the conversations API.",
-                param="conversation",
-            )
-        items: list[dict[str, Any]] = []
-        after: str | None = None
-        while len(items) < MAX_CONVERSATION_ITEMS:
-            query = ListQuery(after=after, limit=MAX_PAGE_LIMIT, order="asc")
-            page = await stored(self.storage.list_items(tenant, conversation_id, query))
-            if page is None:  # deleted meanwhile
-                break
-            items += page.items
-            if not page.has_more:
-                break
-            after = page.last_id
-        return items
-
-    async def _append(self, tenant: str, conversation_id: str, items: list[dict[str, Any]]) -> None:
-        if not await self.storage.add_items(tenant, conversation_id, items):
-            raise StorageError(f"conversation {conversation_id} was deleted meanwhile")
-
-    async def _chain(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
-        """The stored items of a chain ending at `response_id`, oldest first."""
-        records: list[StoredResponse] = []
-        next_id: str | None = response_id
-        while next_id is not None and len(records) < MAX_CHAIN:
-            record = await stored(self.storage.get_response(tenant, next_id))
-            if record is None:
-                raise ApiError(  # (an earlier link may have been deleted: named as well)
-                    400,
-                    "previous_response_not_found",
-                    f"Previous response with id '{next_id}' not found.",
-                    param="previous_response_id",
-                )
-            records.append(record)
-            next_id = record.previous_response_id
-        items: list[dict[str, Any]] = []
-        for record in reversed(records):
-            items += record.input_items
-            items += record.output_items
-        return items
-
-    async def _store(
-        self,
-        tenant: str,
-        parsed: ResponsesRequest,
-        input_items: list[dict[str, Any]],
-        final: dict[str, Any],
-    ) -> None:
-        record = StoredResponse(
-            id=final["id"],
-            tenant=tenant,
-            created_at=final["created_at"],
-            status=final["status"],
-            model=parsed.model,
-            input_items=tuple(input_items),
-            output_items=tuple(final["output"]),
-            previous_response_id=parsed.previous_response_id,
-            conversation_id=parsed.conversation,
-            metadata=parsed.metadata,
-            usage=final["usage"],
-            body=final,
-        )
-        await self.storage.put_response(record)
 
     # --- stored responses ------------------------------------------------------------------------
     async def cancel(self, request: web.Request) -> web.StreamResponse:
@@ -353,7 +268,7 @@ class ResponsesRoutes:
                 body = response_object(render.req, response_id, now, "cancelled", [], None)
             if render.req.store:
                 items = stored_items(render.req.input, self.make_id)
-                await stored(self._store(tenant, render.req, items, body))
+                await stored(self.history.store(tenant, render.req, items, body))
             return json_response(body)
         record = await self._found(request)
         status = record.status

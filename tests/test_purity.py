@@ -32,6 +32,7 @@ PURE = [
     ROOT / "pipeline" / "token_cache.py",
     ROOT / "pipeline" / "pd.py",
     ROOT / "pipeline" / "engine_ids.py",
+    *sorted((ROOT / "pipeline" / "providers").glob("*.py")),
     ROOT / "pipeline" / "backends" / "grpc_contract.py",
     ROOT / "pipeline" / "backends" / "grpc_requests.py",
     ROOT / "pipeline" / "backends" / "grpc_replies.py",

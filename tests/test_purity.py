@@ -48,6 +48,7 @@ PURE = [
     ROOT / "sim" / "script.py",
     ROOT / "sim" / "plan.py",
     ROOT / "sim" / "text.py",
+    ROOT / "sim" / "gemini_replies.py",
     *sorted((ROOT / "pipeline" / "policies").glob("*.py")),
     ROOT / "mcp_client" / "outputs.py",
     ROOT / "mcp_client" / "server_url.py",

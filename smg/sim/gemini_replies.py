@@ -9,6 +9,7 @@ when the request asks `thinkingConfig.includeThoughts`, as Gemini does), and wit
 `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` a `functionCall` part. Prompts can ask
 for failures: `SIM_STATUS: 429` (also 400, 401, 403, 404, 500, 503) in the last user text is
 answered with that error, a 429 with the QuotaFailure and RetryInfo details Gemini sends;
+a model turn sent back whose first function call lacks its `thoughtSignature` is a 400;
 `SIM_BREAK` cuts a stream off after its first frame (no finishReason).
 Token counts are words (whitespace-separated), enough for usage to add up.
 """
@@ -38,6 +39,15 @@ GOOGLE_STATUS = {
     503: "UNAVAILABLE",
 }
 RETRY_DELAY = "7s"
+# each function call part carries a thought signature; a model turn sent back must carry it on
+# its first call (or Google's documented skip value), as Gemini 3 insists
+SIGNATURE = "c2ltLXRob3VnaHQtc2lnbmF0dXJl"
+SIGNATURES = frozenset({SIGNATURE, "skip_thought_signature_validator"})
+MISSING_SIGNATURE = (
+    "Function call is missing a thought_signature in functionCall parts. This is required for "
+    "tools to work correctly. Additional data, function call `{}`. Please refer to "
+    "https://ai.google.dev/gemini-api/docs/thought-signatures for more details."
+)
 CALL_TOKENS = 8  # what a function call counts as output
 
 
@@ -148,6 +158,9 @@ def plan_reply(request: Any, script: Script) -> Reply:
     turns = _turns(request["contents"])
     if turns is None:
         return Reply(error(400, "Invalid value at 'contents': each needs a role and parts."))
+    unsigned = _unsigned_call(request["contents"])
+    if unsigned is not None:
+        return Reply(error(400, MISSING_SIGNATURE.format(unsigned)))
     last_user = next((text for role, text in reversed(turns) if role == "user"), "")
     status = STATUS.search(last_user)
     if status:
@@ -172,7 +185,8 @@ def plan_reply(request: Any, script: Script) -> Reply:
         parts.append({"text": content})
     for call in said.tool_calls if finish == "STOP" else ():
         fn = call["function"]
-        parts.append({"functionCall": {"name": fn["name"], "args": json.loads(fn["arguments"])}})
+        call = {"name": fn["name"], "args": json.loads(fn["arguments"])}
+        parts.append({"functionCall": call, "thoughtSignature": SIGNATURE})
     count = config.get("candidateCount")
     prompt = " ".join(t for _, t in turns) + " " + _system_text(request)
     return Reply(
@@ -266,6 +280,22 @@ def _turns(contents: list[Any]) -> list[tuple[str, str]] | None:
         else:
             turns.append(("user" if role == "user" else "assistant", "".join(texts)))
     return turns
+
+
+def _unsigned_call(contents: list[Any]) -> str | None:
+    """The name of a model turn's first function call when it lacks a valid signature."""
+    for content in contents:
+        if content.get("role") != "model":
+            continue
+        calls = [p for p in content["parts"] if isinstance(p, dict) and "functionCall" in p]
+        if calls and calls[0].get("thoughtSignature") not in SIGNATURES:
+            name = (
+                calls[0]["functionCall"].get("name")
+                if isinstance(calls[0]["functionCall"], dict)
+                else None
+            )
+            return str(name)
+    return None
 
 
 def _system_text(request: dict[str, Any]) -> str:

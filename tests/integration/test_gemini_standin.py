@@ -128,6 +128,7 @@ async def test_a_function_call_and_its_result_round_trip(base_url: str) -> None:
     (tool_call,) = choice["message"]["tool_calls"]
     assert tool_call["function"]["name"] == "get_weather"
     assert orjson.loads(tool_call["function"]["arguments"]) == {"city": "Paris"}
+    assert tool_call["extra_content"]["google"]["thought_signature"]
     # the result goes back as a functionResponse; no SIM_REPLY after it: the default answer
     second = {
         "model": MODEL,
@@ -139,9 +140,13 @@ async def test_a_function_call_and_its_result_round_trip(base_url: str) -> None:
         ],
     }
     status, body = await chat(base_url, second)
-    assert status == 200
+    assert status == 200, body  # the stand-in checks the signature came back
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["choices"][0]["message"]["content"] == "This is the Gemini stand-in answering."
+    # a history whose call lost its signature (a client kept only the OpenAI fields) still works
+    del tool_call["extra_content"]
+    status, body = await chat(base_url, second)
+    assert status == 200, body
 
 
 async def test_a_stream_gives_role_reasoning_content_finish_and_usage(base_url: str) -> None:

@@ -44,7 +44,10 @@ def test_thoughts_come_only_when_asked_and_calls_only_with_tools() -> None:
     assert full.parts == (
         {"text": "Need weather.", "thought": True},
         {"text": "Checking."},
-        {"functionCall": {"name": "get_weather", "args": {"city": "Oslo"}}},
+        {
+            "functionCall": {"name": "get_weather", "args": {"city": "Oslo"}},
+            "thoughtSignature": replies.SIGNATURE,
+        },
     )
     assert full.thought_tokens == 2
 
@@ -58,7 +61,7 @@ def test_max_output_tokens_cuts_the_text_and_candidate_count_repeats_it() -> Non
     assert body["usageMetadata"]["candidatesTokenCount"] == 6
 
 
-def test_after_a_function_response_the_script_rules_answer() -> None:
+def test_after_a_signed_function_response_the_script_rules_answer() -> None:
     script = Script((ScriptRule("temp", "It is mild."),))
     answered = {"functionResponse": {"name": "get_weather", "response": {"temp": 9}}}
     contents = [
@@ -66,8 +69,14 @@ def test_after_a_function_response_the_script_rules_answer() -> None:
         {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {}}}]},
         {"role": "user", "parts": [answered]},
     ]
-    reply = replies.plan_reply({"contents": contents, "tools": TOOLS}, script)
-    assert reply.parts == ({"text": "It is mild."},)
+    unsigned = replies.plan_reply({"contents": contents, "tools": TOOLS}, script).error
+    assert unsigned is not None and unsigned["error"]["code"] == 400
+    assert "thought_signature" in unsigned["error"]["message"]
+    assert "get_weather" in unsigned["error"]["message"]
+    for signature in (replies.SIGNATURE, "skip_thought_signature_validator"):
+        contents[1]["parts"][0]["thoughtSignature"] = signature
+        reply = replies.plan_reply({"contents": contents, "tools": TOOLS}, script)
+        assert reply.parts == ({"text": "It is mild."},)
 
 
 def test_stream_frames_add_up_to_the_whole_answer_and_the_last_one_finishes() -> None:

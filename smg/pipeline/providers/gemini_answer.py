@@ -113,7 +113,7 @@ def message_of(candidate: dict[str, Any], new_id: Callable[[], str]) -> dict[str
     calls: list[dict[str, Any]] = []
     for part in parts_of(candidate):
         if "functionCall" in part:
-            calls.append(tool_call(part["functionCall"], new_id))
+            calls.append(tool_call(part, new_id))
         elif isinstance(part.get("text"), str):
             (thoughts if part.get("thought") is True else texts).append(part["text"])
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
@@ -163,12 +163,15 @@ def completion(
     return out
 
 
-def tool_call(call: Any, new_id: Callable[[], str]) -> dict[str, Any]:
+def tool_call(part: dict[str, Any], new_id: Callable[[], str]) -> dict[str, Any]:
+    """The OpenAI tool call of a `functionCall` part; its `thoughtSignature` rides along in
+    `extra_content.google.thought_signature`, where Gemini's OpenAI-compatible API puts it."""
+    call = part.get("functionCall")
     call = call if isinstance(call, dict) else {}
     name = call.get("name")
     args = call.get("args")
     given = call.get("id")  # newer models may carry one
-    return {
+    out: dict[str, Any] = {
         "id": f"call_{given}" if isinstance(given, str) and given else f"call_{new_id()}",
         "type": "function",
         "function": {
@@ -176,6 +179,10 @@ def tool_call(call: Any, new_id: Callable[[], str]) -> dict[str, Any]:
             "arguments": orjson.dumps(args if isinstance(args, dict) else {}).decode(),
         },
     }
+    signature = part.get("thoughtSignature")
+    if isinstance(signature, str) and signature:
+        out["extra_content"] = {"google": {"thought_signature": signature}}
+    return out
 
 
 def parts_of(candidate: dict[str, Any]) -> list[dict[str, Any]]:
@@ -289,7 +296,7 @@ class GeminiStream:
                 if "functionCall" in part:
                     n = self._calls.get(index, 0)
                     self._calls[index] = n + 1
-                    call = tool_call(part["functionCall"], self._new_id)
+                    call = tool_call(part, self._new_id)
                     out += self._delta(index, {"tool_calls": [{"index": n, **call}]})
                 elif isinstance(part.get("text"), str) and part["text"]:
                     key = "reasoning_content" if part.get("thought") is True else "content"

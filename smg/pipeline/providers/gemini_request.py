@@ -6,13 +6,16 @@ entry holding every `functionDeclarations`) and a `toolConfig.functionCallingCon
 
 * system/developer messages -> `systemInstruction.parts` (text only);
 * user -> a `user` turn; assistant -> a `model` turn (its text, then a `functionCall` part per
-  tool call, `args` the call's arguments parsed back into an object);
+  tool call, `args` the call's arguments parsed back into an object, `thoughtSignature` from the
+  call's `extra_content.google.thought_signature` as Gemini's OpenAI-compatible API returns it);
 * tool -> a `functionResponse` part in a `user` turn (consecutive tool messages share one turn);
   its `name` is the function of the assistant tool call with that `tool_call_id`, its `response`
   an object (`{"result": text}` unless the text is a JSON object itself);
 * sampling -> `generationConfig` (temperature, topP, topK, maxOutputTokens, stopSequences,
   candidateCount, seed, presencePenalty, frequencyPenalty); `reasoning_effort` -> a
-  `thinkingConfig` budget with `includeThoughts` (thought parts come back as reasoning_content);
+  `thinkingConfig` budget with `includeThoughts` (thought parts come back as reasoning_content),
+  as does `chat_template_kwargs.enable_thinking` (what the Messages surface sends; the other
+  template arguments shape a local chat template, which a hosted model does not have);
 * `response_format` json_object -> `responseMimeType: application/json`; json_schema -> also
   `responseSchema` when the schema stays within the OpenAPI subset Gemini accepts.
 
@@ -75,6 +78,10 @@ SCHEMA_KEYS = frozenset(
         "maximum",
     }
 )
+# a turn's first function call must carry the model's thought signature (Gemini 3); a history
+# without one (another model's, or a client that dropped `extra_content`) gets the value Google
+# documents for that case (ai.google.dev/gemini-api/docs/thought-signatures)
+SKIP_SIGNATURE = "skip_thought_signature_validator"
 SCHEMA_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object"})
 
 
@@ -198,8 +205,20 @@ def _model_parts(
         args = _object_json(fn.get("arguments"), f"{at}.function.arguments")
         if isinstance(call.get("id"), str):
             call_names[call["id"]] = name
-        parts.append({"functionCall": {"name": name, "args": args}})
+        part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}
+        signature = _signature(call) or (SKIP_SIGNATURE if k == 0 else None)
+        if signature:
+            part["thoughtSignature"] = signature
+        parts.append(part)
     return parts
+
+
+def _signature(call: dict[str, Any]) -> str | None:
+    """The thought signature Gemini gave this call, as its OpenAI-compatible API carries it."""
+    extra = call.get("extra_content")
+    google = extra.get("google") if isinstance(extra, dict) else None
+    signature = google.get("thought_signature") if isinstance(google, dict) else None
+    return signature if isinstance(signature, str) and signature else None
 
 
 def _tool_result(message: dict[str, Any], where: str, call_names: dict[str, str]) -> dict[str, Any]:
@@ -288,6 +307,7 @@ _FIELD_KEYS = frozenset(
         "tool_choice",
         "response_format",
         "reasoning_effort",
+        "chat_template_kwargs",
     }
 )
 
@@ -316,6 +336,11 @@ def _generation_config(body: dict[str, Any]) -> dict[str, Any]:
             raise ProviderRequestError("stop", "Gemini accepts at most 5 stop sequences")
         if stop:
             config["stopSequences"] = stop
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ProviderRequestError("chat_template_kwargs", "must be an object")
+    if kwargs and (kwargs.get("enable_thinking") is True or kwargs.get("thinking") is True):
+        config["thinkingConfig"] = {"includeThoughts": True}  # the model's own budget
     effort = body.get("reasoning_effort")
     if effort is not None:
         if effort not in THINKING_BUDGET:

@@ -93,7 +93,10 @@ def test_function_calls_become_tool_calls_with_made_ids_and_json_arguments() -> 
             {
                 "content": {
                     "parts": [
-                        {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}},
+                        {
+                            "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+                            "thoughtSignature": "CiQBjz1rX2sig",
+                        },
                         {"functionCall": {"name": "get_time", "args": {"tz": "CET"}}},
                     ],
                     "role": "model",
@@ -120,6 +123,7 @@ def test_function_calls_become_tool_calls_with_made_ids_and_json_arguments() -> 
                 "id": "call_id0",
                 "type": "function",
                 "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                "extra_content": {"google": {"thought_signature": "CiQBjz1rX2sig"}},
             },
             {
                 "id": "call_id1",

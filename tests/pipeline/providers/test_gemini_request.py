@@ -128,6 +128,7 @@ def test_tools_tool_calls_and_tool_results_round_trip_as_function_parts() -> Non
                         "id": "call_1",
                         "type": "function",
                         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        "extra_content": {"google": {"thought_signature": "CiQBjz1rX2sig"}},
                     },
                     {
                         "id": "call_2",
@@ -147,7 +148,10 @@ def test_tools_tool_calls_and_tool_results_round_trip_as_function_parts() -> Non
         {
             "role": "model",
             "parts": [
-                {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}},
+                {
+                    "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+                    "thoughtSignature": "CiQBjz1rX2sig",
+                },
                 {"functionCall": {"name": "get_time", "args": {}}},
             ],
         },
@@ -178,6 +182,20 @@ def test_tools_tool_calls_and_tool_results_round_trip_as_function_parts() -> Non
         }
     ]
     assert out["toolConfig"] == {"functionCallingConfig": {"mode": "ANY"}}
+
+
+def test_a_first_call_without_its_signature_gets_the_documented_skip_value() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = {
+        "model": "g",
+        "messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "tool_calls": [call, {**call, "id": "c2"}]},
+            {"role": "tool", "tool_call_id": "c2", "content": "ok"},
+        ],
+    }
+    parts = gemini_body(body)["contents"][1]["parts"]
+    assert [p.get("thoughtSignature") for p in parts] == ["skip_thought_signature_validator", None]
 
 
 @pytest.mark.parametrize(
@@ -231,6 +249,17 @@ def test_response_formats_and_reasoning_effort_map_to_generation_config() -> Non
     assert thinking == {"thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": True}}
 
 
+def test_the_messages_surfaces_thinking_switch_asks_for_thoughts() -> None:
+    base = {"model": "g", "messages": [{"role": "user", "content": "x"}], "max_tokens": 64}
+    on = gemini_body({**base, "chat_template_kwargs": {"enable_thinking": True}})
+    assert on["generationConfig"] == {
+        "maxOutputTokens": 64,
+        "thinkingConfig": {"includeThoughts": True},
+    }
+    off = gemini_body({**base, "chat_template_kwargs": {"enable_thinking": False}})
+    assert off["generationConfig"] == {"maxOutputTokens": 64}
+
+
 def test_a_data_url_image_becomes_inline_data() -> None:
     body = {
         "model": "g",
@@ -267,6 +296,7 @@ USER = [{"role": "user", "content": "x"}]
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": "x"}, "tools"),
         ({"reasoning_effort": "max"}, "reasoning_effort"),
+        ({"chat_template_kwargs": "on"}, "chat_template_kwargs"),
         ({"response_format": {"type": "yaml"}}, "response_format.type"),
         (
             {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},

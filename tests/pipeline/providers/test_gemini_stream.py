@@ -64,7 +64,10 @@ RECORDED = b"".join(
             {
                 "candidates": [
                     candidate(
-                        {"functionCall": {"name": "get_weather", "args": {"city": "Zürich"}}},
+                        {
+                            "functionCall": {"name": "get_weather", "args": {"city": "Zürich"}},
+                            "thoughtSignature": "EpoBCpcBAb4+9vu",
+                        },
                         finish="STOP",
                     )
                 ],
@@ -121,6 +124,7 @@ def test_a_recorded_stream_becomes_openai_chunks_in_order() -> None:
                             "id": "call_id1",
                             "type": "function",
                             "function": {"name": "get_weather", "arguments": '{"city":"Zürich"}'},
+                            "extra_content": {"google": {"thought_signature": "EpoBCpcBAb4+9vu"}},
                         }
                     ]
                 },

@@ -17,7 +17,8 @@ entry holding every `functionDeclarations`) and a `toolConfig.functionCallingCon
   as does `chat_template_kwargs.enable_thinking` (what the Messages surface sends; the other
   template arguments shape a local chat template, which a hosted model does not have);
 * `response_format` json_object -> `responseMimeType: application/json`; json_schema -> also
-  `responseSchema` when the schema stays within the OpenAPI subset Gemini accepts.
+  `responseSchema` when the schema stays within the OpenAPI subset Gemini accepts
+  (`gemini_schema`, which also converts the tools' parameters).
 
 Anything that cannot be expressed (images by URL, audio, logprobs, a schema keyword Gemini lacks,
 a tool result whose call is unknown) is a `ProviderRequestError` naming the parameter.
@@ -30,9 +31,12 @@ from typing import Any
 import orjson
 
 from smg.pipeline.providers.base import ProviderRequestError
+from smg.pipeline.providers.gemini_schema import gemini_schema
 
-# OpenAI fields with no Gemini meaning that are harmless to leave out (they change nothing the
-# upstream produces): routing/bookkeeping hints, and the gateway's own stream flag.
+# OpenAI fields with no Gemini form that are left out on purpose: the gateway's own stream flags,
+# bookkeeping (user, store, metadata, service_tier), and `parallel_tool_calls` (Gemini has no
+# switch; the Messages surface sends `false` for disable_parallel_tool_use, and refusing it would
+# refuse every such client, while a model calling two tools at once still gets both results).
 IGNORED = frozenset(
     {
         "model",
@@ -44,45 +48,16 @@ IGNORED = frozenset(
         "metadata",
         "parallel_tool_calls",
         "service_tier",
-        "logprobs",  # handled: only `true` is refused
+        "logprobs",  # handled: only asking for them is refused
         "top_logprobs",
     }
 )
 # reasoning_effort -> thinkingBudget, as Gemini's own OpenAI-compatible endpoint maps it
 THINKING_BUDGET = {"minimal": 0, "none": 0, "low": 1024, "medium": 8192, "high": 24576}
-# the keywords of Gemini's `Schema` (an OpenAPI 3.0 subset); `additionalProperties: false` and
-# `strict` are OpenAI's way of asking for no extra keys, which `responseSchema` already gives
-SCHEMA_KEYS = frozenset(
-    {
-        "type",
-        "format",
-        "title",
-        "description",
-        "nullable",
-        "enum",
-        "maxItems",
-        "minItems",
-        "properties",
-        "required",
-        "minProperties",
-        "maxProperties",
-        "minLength",
-        "maxLength",
-        "pattern",
-        "example",
-        "anyOf",
-        "propertyOrdering",
-        "default",
-        "items",
-        "minimum",
-        "maximum",
-    }
-)
 # a turn's first function call must carry the model's thought signature (Gemini 3); a history
 # without one (another model's, or a client that dropped `extra_content`) gets the value Google
 # documents for that case (ai.google.dev/gemini-api/docs/thought-signatures)
 SKIP_SIGNATURE = "skip_thought_signature_validator"
-SCHEMA_TYPES = frozenset({"string", "number", "integer", "boolean", "array", "object"})
 
 
 def gemini_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -91,8 +66,9 @@ def gemini_body(body: dict[str, Any]) -> dict[str, Any]:
     for key in body:
         if key not in IGNORED and key not in _FIELD_KEYS:
             raise ProviderRequestError(key, f"'{key}' is not supported by the Gemini provider")
-    if body.get("logprobs") is True:
-        raise ProviderRequestError("logprobs", "logprobs are not supported by the Gemini provider")
+    for key in ("logprobs", "top_logprobs"):
+        if body.get(key):
+            raise ProviderRequestError(key, "logprobs are not supported by the Gemini provider")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ProviderRequestError("messages", "'messages' must be a non-empty list")
@@ -372,51 +348,6 @@ def _response_format(fmt: Any) -> dict[str, Any]:
             "responseSchema": gemini_schema(schema, "response_format.json_schema.schema"),
         }
     raise ProviderRequestError("response_format.type", f"unknown response_format type {kind!r}")
-
-
-def gemini_schema(schema: Any, where: str) -> dict[str, Any]:
-    """A JSON Schema as Gemini's `Schema` (an OpenAPI 3.0 subset): `type: [T, "null"]` becomes
-    `nullable`; a keyword outside the subset is refused rather than dropped."""
-    if not isinstance(schema, dict):
-        raise ProviderRequestError(where, f"{where} must be an object")
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "additionalProperties" and value is False:
-            continue
-        if key in ("$schema", "strict"):
-            continue
-        if key not in SCHEMA_KEYS:
-            raise ProviderRequestError(
-                f"{where}.{key}", f"the schema keyword '{key}' is not supported by Gemini"
-            )
-        if key == "type":
-            out.update(_schema_type(value, f"{where}.type"))
-        elif key == "properties":
-            if not isinstance(value, dict):
-                raise ProviderRequestError(f"{where}.properties", "properties must be an object")
-            out[key] = {
-                name: gemini_schema(sub, f"{where}.properties.{name}")
-                for name, sub in value.items()
-            }
-        elif key == "items":
-            out[key] = gemini_schema(value, f"{where}.items")
-        elif key == "anyOf":
-            out[key] = [gemini_schema(s, f"{where}.anyOf[{k}]") for k, s in enumerate(value)]
-        else:
-            out[key] = value
-    return out
-
-
-def _schema_type(value: Any, where: str) -> dict[str, Any]:
-    types = value if isinstance(value, list) else [value]
-    nullable = "null" in types
-    rest = [t for t in types if t != "null"]
-    if len(rest) != 1 or rest[0] not in SCHEMA_TYPES:
-        raise ProviderRequestError(where, f"the schema type {value!r} has no Gemini form")
-    out: dict[str, Any] = {"type": rest[0].upper()}
-    if nullable:
-        out["nullable"] = True
-    return out
 
 
 # ---------------------------------------------------------------- tools

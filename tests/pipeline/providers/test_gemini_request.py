@@ -286,6 +286,7 @@ USER = [{"role": "user", "content": "x"}]
     ("extra", "param"),
     [
         ({"logprobs": True}, "logprobs"),
+        ({"top_logprobs": 3}, "top_logprobs"),
         ({"min_p": 0.1}, "min_p"),
         ({"logit_bias": {"1": 2}}, "logit_bias"),
         ({"temperature": "hot"}, "temperature"),
@@ -296,6 +297,15 @@ USER = [{"role": "user", "content": "x"}]
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": "x"}, "tools"),
         ({"reasoning_effort": "max"}, "reasoning_effort"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"schema": {"anyOf": "string"}},
+                }
+            },
+            "response_format.json_schema.schema.anyOf",
+        ),
         ({"chat_template_kwargs": "on"}, "chat_template_kwargs"),
         ({"response_format": {"type": "yaml"}}, "response_format.type"),
         (

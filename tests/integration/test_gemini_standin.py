@@ -243,3 +243,21 @@ async def test_without_alt_sse_a_stream_is_one_json_array_of_responses(base_url:
     text = "".join(f["candidates"][0]["content"]["parts"][0]["text"] for f in frames)
     assert text == "a b c d e f g"
     assert frames[-1]["candidates"][0]["finishReason"] == "STOP"
+
+
+async def test_a_streamed_answer_says_what_the_whole_answer_says(base_url: str) -> None:
+    body = {
+        **user("SIM_REPLY: <think>Short.</think>The quick brown fox jumps over the lazy dog"),
+        "reasoning_effort": "high",
+        "max_tokens": 6,
+    }
+    _, whole = await chat(base_url, body)
+    chunks = await stream(base_url, body)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    message = whole["choices"][0]["message"]
+    assert "".join(d.get("content", "") for d in deltas) == message["content"]
+    assert message["content"] == "The quick brown fox jumps over"
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == message["reasoning_content"]
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert finishes[-1] == whole["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["usage"] == whole["usage"]

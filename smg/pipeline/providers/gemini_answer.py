@@ -99,7 +99,11 @@ def upstream_error(status: int, data: Any) -> ApiError:
     delay = _detail(err, "RetryInfo", "retryDelay")
     if isinstance(delay, str) and delay and delay not in message:
         message = f"{message} (retry after {delay})"
-    return ApiError(status, code, mask_keys(message))
+    # types as smg's own errors (and OpenAI's) for the same codes: key and model errors are
+    # invalid_request_error, an upstream's 5xx is server_error
+    kind = "invalid_request_error" if status in (400, 401, 404) else None
+    kind = "server_error" if status >= 500 else kind
+    return ApiError(status, code, mask_keys(message), type=kind)
 
 
 def mask_keys(text: str) -> str:

@@ -84,6 +84,14 @@ def test_sim_flags() -> None:
     assert sim.port == 9 and sim.model == "m" and sim.failure_rate == 0.5
 
 
+def test_sim_provider_flags() -> None:
+    _, ns = parse(["sim", "--provider", "gemini", "--api-key", "k", "--port", "9"])
+    assert (ns.provider, ns.api_key) == ("gemini", "k")
+    assert parse(["sim"])[1].provider is None
+    with pytest.raises(SystemExit):
+        parse(["sim", "--provider", "nobody"])
+
+
 def test_auth_flags_repeat_and_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = gateway_config_from(parse([])[1])
     assert cfg.auth.tenant_api_keys == () and cfg.auth.jwt_role_claim == "roles"

@@ -33,10 +33,12 @@ from smg.pipeline.backends.http import (
     IdleTimeout,
     ResponseTooLarge,
 )
+from smg.pipeline.providers.base import ProviderStreamError
 
 log = structlog.get_logger("smg.relay")
 
-UPSTREAM_FAILURES = (TimeoutError, aiohttp.ClientError, ResponseTooLarge)
+# a provider worker's stream that broke off or carried an error event: ProviderStreamError
+UPSTREAM_FAILURES = (TimeoutError, aiohttp.ClientError, ResponseTooLarge, ProviderStreamError)
 
 
 def sse_error(err: errors.ApiError) -> bytes:
@@ -54,6 +56,8 @@ def upstream_failure(
         worker_id=worker_id,
         error=f"{type(exc).__name__}: {exc}",
     )
+    if isinstance(exc, ProviderStreamError):  # the vendor's own status, code and message
+        return errors.ApiError(exc.status, exc.code, exc.message)
     if isinstance(exc, ResponseTooLarge):
         return errors.upstream_too_large(exc.limit)
     if isinstance(exc, IdleTimeout) and backend.idle is not None:

@@ -17,7 +17,7 @@ it), and streams that never stay silent longer than the idle limit (`IdleTimeout
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import orjson
@@ -26,6 +26,14 @@ from yarl import URL
 from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper, Watch
 from smg.core.snapshots import WorkerSnapshot
+from smg.pipeline.backends.provider_http import (
+    TranslatedStream,
+    WholeContent,
+    bearer_key,
+    outgoing_request,
+)
+from smg.pipeline.providers import provider
+from smg.pipeline.providers.base import Provider
 
 CONTROL_BODY_BYTES = 4 * 1024 * 1024  # health, model list, loads: small JSON documents
 
@@ -102,7 +110,12 @@ class HttpBackend:
         connect_timeout_s: float = 10.0,
         max_response_bytes: int = 32 * 1024 * 1024,
         idle: IdleSweeper | None = None,
+        provider_byok: bool = False,
+        gateway_keys: frozenset[str] = frozenset(),
     ) -> None:
+        self.provider_byok = provider_byok  # a provider worker gets the client's own key
+        self._gateway_keys = gateway_keys  # ... unless it is one of the gateway's own
+        self._providers: dict[str, Provider] = {}
         self.session = session
         self.timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -124,6 +137,8 @@ class HttpBackend:
     def forward_headers(
         self, incoming: Mapping[str, str], worker: WorkerSnapshot, engine_id: str
     ) -> dict[str, str]:
+        if worker.provider is not None:  # the vendor gets its credential, nothing of the client
+            return self._provider_auth(incoming, worker)
         out = {k: v for k, v in incoming.items() if k.lower() not in _DROP_REQUEST}
         out["Content-Type"] = "application/json"
         out["X-Request-Id"] = engine_id
@@ -131,6 +146,23 @@ class HttpBackend:
         if auth is not None:
             out["Authorization"] = auth
         return out
+
+    def _provider_auth(self, incoming: Mapping[str, str], worker: WorkerSnapshot) -> dict[str, str]:
+        """A provider worker's key as a Bearer header (`open` hands it to the provider): the
+        client's own with bring-your-own-key (its `Authorization` Bearer, else its `x-api-key`),
+        else the worker's credential."""
+        if self.provider_byok:
+            client = bearer_key(incoming) or incoming.get("x-api-key") or incoming.get("X-Api-Key")
+            if client and client not in self._gateway_keys:
+                return {"Authorization": f"Bearer {client}"}
+        auth = self.authorization(worker)
+        return {"Authorization": auth} if auth is not None else {}
+
+    def provider(self, name: str) -> Provider:
+        found = self._providers.get(name)
+        if found is None:
+            found = self._providers[name] = provider(name)
+        return found
 
     async def open(
         self,
@@ -141,15 +173,55 @@ class HttpBackend:
         timeout_s: float | None = None,
     ) -> aiohttp.ClientResponse:
         """Send the request; return once the status line and headers are in. `timeout_s`: what
-        is left of the request's deadline (default: all of it); it bounds the body too."""
-        key = (worker.url, path)
-        url = self._urls.get(key)
-        if url is None:  # parsing a URL costs more than the rest of our per-request work
-            url = self._urls[key] = URL(worker.url + path)
+        is left of the request's deadline (default: all of it); it bounds the body too. A
+        provider worker's request goes out in its vendor's terms (`_open_provider`)."""
         if timeout_s is None or timeout_s == self.timeout_s:
             timeout = self._timeout
         else:
             timeout = self._client_timeout(max(0.001, timeout_s))
+        if worker.provider is not None:
+            return await self._open_provider(worker, path, body, headers, timeout)
+        return await self._post(worker, path, body, headers, timeout)
+
+    async def _open_provider(
+        self,
+        worker: WorkerSnapshot,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        """The answer reads as OpenAI's: a 200 stream translated as it is read, anything else
+        read whole here (size-capped, within the deadline) and translated at once."""
+        assert worker.provider is not None
+        vendor = self.provider(worker.provider)
+        out, stream = outgoing_request(vendor, path, body, bearer_key(headers))
+        resp = await self._post(worker, out.path, out.body, out.headers, timeout)
+        if stream and resp.status == 200 and resp.content_type == "text/event-stream":
+            model = worker.model_id or ""
+            resp.content = cast(Any, TranslatedStream(resp.content, vendor.chat_stream(model)))
+            return resp
+        try:
+            raw = await self.read_body(resp)
+        except (TimeoutError, aiohttp.ClientError, ResponseTooLarge):
+            resp.close()
+            raise
+        resp.status, data = vendor.chat_answer(resp.status, bytes(raw))
+        resp.content = cast(Any, WholeContent(data))
+        return resp
+
+    async def _post(
+        self,
+        worker: WorkerSnapshot,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        key = (worker.url, path)
+        url = self._urls.get(key)
+        if url is None:  # parsing a URL costs more than the rest of our per-request work
+            url = self._urls[key] = URL(worker.url + path)
         try:
             return await self.session.post(url, data=body, headers=headers, timeout=timeout)
         except aiohttp.ConnectionTimeoutError as exc:  # nothing was sent: another worker may do
@@ -252,6 +324,8 @@ class HttpProber:
         self.timeout_s = timeout_s
 
     async def __call__(self, worker: WorkerSnapshot) -> ProbeResult:
+        if worker.provider is not None:
+            return await self._provider_probe(worker, worker.provider)
         try:
             status, _ = await self.backend.get_json(worker, self.endpoint, self.timeout_s)
             if status != 200:
@@ -276,6 +350,34 @@ class HttpProber:
         # a model_id given at registration that the worker does not list: no adapters of it
         adapters = tuple(i for i in ids if i != model_id) if model_id in ids else ()
         return ProbeResult(ok=True, model_id=model_id, adapters=adapters, runtime=runtime)
+
+    async def _provider_probe(self, worker: WorkerSnapshot, name: str) -> ProbeResult:
+        """A provider has no health endpoint: it is healthy when it lists its models to the
+        worker's key (every listed id routable); a refused key is named as such, never shown."""
+        backend = self.backend
+        vendor = backend.provider(name)
+        out = vendor.models_request(bearer_key(backend.forward_headers({}, worker, "")))
+        url = worker.url.rstrip("/") + out.path
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        try:
+            async with backend.session.request(
+                out.method, url, headers=out.headers, timeout=timeout
+            ) as resp:
+                status = resp.status
+                raw = await read_capped(resp.content, CONTROL_BODY_BYTES, _UNWATCHED)
+        except _PROBE_ERRORS as exc:
+            return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        if status in (401, 403):
+            detail = f"{name} refused the worker's key: GET {out.path} answered {status}"
+            return ProbeResult(ok=False, detail=detail)
+        if status != 200:
+            return ProbeResult(ok=False, detail=f"GET {out.path} answered {status}")
+        ids = vendor.model_ids(status, bytes(raw))
+        model_id = worker.model_id or (ids[0] if ids else None)
+        if model_id is None:
+            return ProbeResult(ok=False, detail=f"GET {out.path} named no model")
+        adapters = tuple(i for i in ids if i != model_id)
+        return ProbeResult(ok=True, model_id=model_id, adapters=adapters)
 
 
 def model_ids(data: object) -> tuple[str, ...]:

@@ -214,3 +214,21 @@ def test_what_the_vendor_cannot_do_is_a_400(fleet: tuple[str, Sim, Gateway]) -> 
             "unsupported_parameter",
             "n",
         )
+
+
+@pytest.mark.parametrize("fleet", ["anthropic"], indirect=True)
+def test_responses_over_an_anthropic_provider_worker(fleet: tuple[str, Sim, Gateway]) -> None:
+    """Responses reaches a provider worker as chat completions, so an Anthropic upstream serves
+    it through the same translation, whole and streamed."""
+    _, sim, gw = fleet
+    client = gw.client()
+    resp = client.responses.create(
+        model="anthropic-model", input="SIM_REPLY: Hej hej.", instructions="Be Swedish."
+    )
+    assert resp.status == "completed" and resp.output_text == "Hej hej."
+    assert last_request(sim)["system"] == "Be Swedish."
+    events = list(
+        client.responses.create(model="anthropic-model", input="SIM_REPLY: Hej igen.", stream=True)
+    )
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == "Hej igen."

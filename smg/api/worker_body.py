@@ -99,7 +99,8 @@ def spec_fields(body: dict[str, Any]) -> dict[str, Any]:
         out["runtime_type"] = _runtime(runtime)
     provider = body.get("provider")
     if provider is not None or out.get("runtime_type") == "external":
-        out["runtime_type"] = "external"
+        if out.setdefault("runtime_type", "external") != "external":
+            raise BadWorkerBody("Invalid JSON data: a `provider` goes with runtime_type external")
         out["provider"] = _provider(provider)
     model_id = body.get("model_id")
     if model_id is not None:

@@ -134,10 +134,20 @@ def test_the_upstream_429_reaches_the_client_as_429_in_openai_shape(
     assert info.value.status_code == 429 and info.value.code == "rate_limit_exceeded"
 
 
-def test_anthropic_overload_and_a_stream_error_event(module_launch: Launcher) -> None:
-    sim = module_launch.provider("anthropic", "claude-x", provider_keys=[KEY])
-    gw = module_launch.gateway([sim], backend="anthropic", worker_api_key=KEY, retry_max_retries=1)
+def test_anthropic_listed_ids_overload_and_a_stream_error_event(module_launch: Launcher) -> None:
+    sim = module_launch.provider(
+        "anthropic", "claude-x", provider_keys=[KEY], adapters=["claude-b"]
+    )
+    gw = module_launch.gateway(
+        [sim], backend="anthropic", worker_api_key=KEY, retry_max_retries=1, enable_igw=True
+    )
     client = gw.client()
+    # every id the provider lists is routable (IGW): the request goes out under that id
+    other = client.chat.completions.create(
+        model="claude-b", messages=[{"role": "user", "content": "SIM_REPLY: b here"}]
+    )
+    assert other.choices[0].message.content == "b here"
+    assert last_request(sim)["model"] == "claude-b"
     with pytest.raises(openai.InternalServerError) as info:
         client.chat.completions.create(
             model="claude-x", messages=[{"role": "user", "content": "SIM_STATUS: 529"}]

@@ -80,7 +80,7 @@ class AnthropicStandIn(StandIn):
         super().__init__(cfg, "anthropic")
 
     def _auth(self, request: web.Request) -> web.Response | None:
-        if not self.key_ok(request.headers.get("x-api-key")):
+        if not self.key_ok(request, request.headers.get("x-api-key")):
             return error(401, "invalid x-api-key")
         if request.headers.get("anthropic-version") != VERSION:
             return error(400, "anthropic-version: header is required")

@@ -2,8 +2,9 @@
 the `SIM_STATUS: <code>` prefix that makes one answer an error, the keys seen, and the server.
 
 A stand-in speaks its vendor's documented wire format only; which vendor is the caller's module
-(provider_openai.py, provider_anthropic.py). `GET /sim/keys` lists the keys it was sent (the
-tests of bring-your-own-key read it), `GET /sim/requests` the last request bodies.
+(provider_openai.py, provider_anthropic.py). `GET /sim/keys` lists the keys it was sent, each
+with its path (the tests of bring-your-own-key read it), `GET /sim/requests` the last request
+bodies.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ class StandIn:
         self.cfg = cfg
         self.vendor = vendor
         self.script = parse_script(Path(cfg.script).read_text()) if cfg.script else Script()
-        self.keys_seen: deque[str | None] = deque(maxlen=_KEPT)
+        self.keys_seen: deque[tuple[str, str | None]] = deque(maxlen=_KEPT)  # (path, key)
         self.bodies: deque[Any] = deque(maxlen=_KEPT)
         self.calls = 0
 
-    def key_ok(self, key: str | None) -> bool:
-        self.keys_seen.append(key)
+    def key_ok(self, request: web.Request, key: str | None) -> bool:
+        self.keys_seen.append((request.path, key))
         return key is not None and key in self.cfg.provider_keys
 
     def reply(self, body: dict[str, Any]) -> ScriptedAnswer:
@@ -61,7 +62,8 @@ class StandIn:
         raise NotImplementedError
 
     async def keys(self, request: web.Request) -> web.Response:
-        return web.json_response({"keys": list(self.keys_seen)})
+        seen = [{"path": path, "key": key} for path, key in self.keys_seen]
+        return web.json_response({"keys": seen})
 
     async def requests(self, request: web.Request) -> web.Response:
         return web.json_response({"requests": list(self.bodies)})

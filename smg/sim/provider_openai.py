@@ -42,7 +42,7 @@ class OpenAIStandIn(StandIn):
     def _auth(self, request: web.Request) -> web.Response | None:
         auth = request.headers.get("Authorization", "")
         key = auth[7:] if auth.lower().startswith("bearer ") else None
-        if self.key_ok(key):
+        if self.key_ok(request, key):
             return None
         return error(401, "Incorrect API key provided. You can find your API key at "
                      "https://platform.openai.com/account/api-keys.")  # fmt: skip

@@ -26,10 +26,11 @@ WEATHER = {
 CALL = 'SIM_REPLY: <tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
 
 
-def keys_seen(sim: Sim) -> list[str | None]:
+def keys_seen(sim: Sim, path: str | None = None) -> list[str | None]:
+    """The keys the stand-in was sent (on `path` only, when given), oldest first."""
     r = http("GET", sim.url + "/sim/keys")
     assert r.status == 200, r
-    return r.json()["keys"]
+    return [k["key"] for k in r.json()["keys"] if path is None or k["path"] == path]
 
 
 def last_request(sim: Sim) -> dict[str, Any]:
@@ -76,7 +77,8 @@ def test_whole_and_streamed_answers(fleet: tuple[str, Sim, Gateway]) -> None:
     assert text == "Hello there, friend."
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == "stop" and finishes.count("stop") == 1
-    assert keys_seen(sim)[-1] == KEY  # the worker's key; BYOK is off
+    chat_path = "/v1/messages" if vendor == "anthropic" else "/v1/chat/completions"
+    assert keys_seen(sim, chat_path)[-1] == KEY  # the worker's key; BYOK is off
 
 
 def test_a_tool_call_round_trip_whole_and_streamed(fleet: tuple[str, Sim, Gateway]) -> None:
@@ -185,13 +187,27 @@ def test_a_wrong_worker_key_is_unhealthy_and_never_logged(module_launch: Launche
 @pytest.mark.parametrize("byok", [True, False])
 def test_bring_your_own_key(module_launch: Launcher, byok: bool) -> None:
     sim = module_launch.provider("openai", "gpt-x", provider_keys=[KEY, CLIENT_KEY])
-    gw = module_launch.gateway([sim], backend="openai", worker_api_key=KEY, provider_byok=byok)
+    gw = module_launch.gateway(
+        [sim],
+        backend="openai",
+        worker_api_key=KEY,
+        provider_byok=byok,
+        max_upstream_response_bytes=4000,
+        retry_max_retries=1,
+    )
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key=CLIENT_KEY, max_retries=0)
     got = client.chat.completions.create(
         model="gpt-x", messages=[{"role": "user", "content": "SIM_REPLY: ok"}]
     )
     assert got.choices[0].message.content == "ok"
-    assert keys_seen(sim)[-1] == (CLIENT_KEY if byok else KEY)
+    assert keys_seen(sim, "/v1/chat/completions")[-1] == (CLIENT_KEY if byok else KEY)
+    assert set(keys_seen(sim, "/v1/models")) == {KEY}  # the health check: the worker's own
+    # an answer past the gateway's cap is the worker's failure, in OpenAI's shape
+    with pytest.raises(openai.APIStatusError) as info:
+        client.chat.completions.create(
+            model="gpt-x", messages=[{"role": "user", "content": "SIM_REPLY: " + "word " * 1000}]
+        )
+    assert info.value.status_code == 502 and info.value.code == "upstream_response_too_large"
 
 
 def test_messages_over_an_openai_provider_worker(module_launch: Launcher) -> None:
@@ -208,7 +224,7 @@ def test_messages_over_an_openai_provider_worker(module_launch: Launcher) -> Non
     assert msg.stop_reason == "end_turn"
     sent = last_request(sim)
     assert sent["messages"][0] == {"role": "system", "content": "Be brief."}
-    assert keys_seen(sim)[-1] == KEY
+    assert keys_seen(sim, "/v1/chat/completions")[-1] == KEY
 
 
 def test_what_the_vendor_cannot_do_is_a_400(fleet: tuple[str, Sim, Gateway]) -> None:

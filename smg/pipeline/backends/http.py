@@ -21,8 +21,10 @@ from typing import Any, cast
 
 import aiohttp
 import orjson
+import structlog
 from yarl import URL
 
+from smg import errors
 from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper, Watch
 from smg.core.snapshots import WorkerSnapshot
@@ -34,6 +36,8 @@ from smg.pipeline.backends.provider_http import (
 )
 from smg.pipeline.providers import provider
 from smg.pipeline.providers.base import Provider
+
+log = structlog.get_logger("smg.http")
 
 CONTROL_BODY_BYTES = 4 * 1024 * 1024  # health, model list, loads: small JSON documents
 
@@ -192,7 +196,9 @@ class HttpBackend:
         timeout: aiohttp.ClientTimeout,
     ) -> aiohttp.ClientResponse:
         """The answer reads as OpenAI's: a 200 stream translated as it is read, anything else
-        read whole here (size-capped, within the deadline) and translated at once."""
+        read whole here (size-capped, within the deadline) and translated at once. A whole
+        answer that fails while it is read becomes the gateway's error answer (502/504: the
+        worker's failure, as the relay would say it)."""
         assert worker.provider is not None
         vendor = self.provider(worker.provider)
         out, stream = outgoing_request(vendor, path, body, bearer_key(headers))
@@ -203,12 +209,28 @@ class HttpBackend:
             return resp
         try:
             raw = await self.read_body(resp)
-        except (TimeoutError, aiohttp.ClientError, ResponseTooLarge):
-            resp.close()
-            raise
-        resp.status, data = vendor.chat_answer(resp.status, bytes(raw))
+        except (TimeoutError, aiohttp.ClientError, ResponseTooLarge) as exc:
+            resp.close()  # the rest of the body is unread: drop the connection
+            log.warning(
+                "provider_answer_failed",
+                worker_url=worker.url,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            err = self._read_failure(exc)
+            resp.status, data = err.status, err.to_json()
+        else:
+            resp.status, data = vendor.chat_answer(resp.status, bytes(raw))
         resp.content = cast(Any, WholeContent(data))
         return resp
+
+    def _read_failure(self, exc: Exception) -> errors.ApiError:
+        if isinstance(exc, ResponseTooLarge):
+            return errors.upstream_too_large(exc.limit)
+        if isinstance(exc, IdleTimeout) and self.idle is not None:
+            return errors.upstream_idle(self.idle.idle_s)
+        if isinstance(exc, TimeoutError):
+            return errors.upstream_timeout(self.timeout_s)
+        return errors.upstream_broken()
 
     async def _post(
         self,

@@ -35,7 +35,7 @@ from smg.pipeline.backends.provider_http import (
     outgoing_request,
 )
 from smg.pipeline.providers import provider
-from smg.pipeline.providers.base import Provider
+from smg.pipeline.providers.base import Provider, ProviderStreamError
 
 log = structlog.get_logger("smg.http")
 
@@ -216,14 +216,18 @@ class HttpBackend:
                 worker_url=worker.url,
                 error=f"{type(exc).__name__}: {exc}",
             )
-            err = self._read_failure(exc)
+            err = self.answer_failure(exc)
             resp.status, data = err.status, err.to_json()
         else:
             resp.status, data = vendor.chat_answer(resp.status, bytes(raw))
         resp.content = cast(Any, WholeContent(data))
         return resp
 
-    def _read_failure(self, exc: Exception) -> errors.ApiError:
+    def answer_failure(self, exc: BaseException) -> errors.ApiError:
+        """The client-facing error for an answer that failed after its headers: too large,
+        idle, past the deadline, broken off, or a provider stream's error (its own status)."""
+        if isinstance(exc, ProviderStreamError):  # the vendor's own status, code and message
+            return errors.ApiError(exc.status, exc.code, exc.message)
         if isinstance(exc, ResponseTooLarge):
             return errors.upstream_too_large(exc.limit)
         if isinstance(exc, IdleTimeout) and self.idle is not None:

@@ -101,7 +101,7 @@ DROP_RESPONSE = frozenset(
         "x-request-id",
     }
 )
-_UNWATCHED = Watch(lambda: None)  # bumped by readers when there is no idle limit; never swept
+UNWATCHED = Watch(lambda: None)  # bumped by readers when there is no idle limit; never swept
 
 
 class HttpBackend:
@@ -267,7 +267,7 @@ class HttpBackend:
         calls `unwatch` when done; a silent stream's next read raises `IdleTimeout`."""
         idle = self.idle
         if idle is None:
-            return _UNWATCHED
+            return UNWATCHED
         content = upstream.content
 
         def cut() -> None:
@@ -276,7 +276,7 @@ class HttpBackend:
         return idle.watch(cut)
 
     def unwatch(self, watch: Watch) -> None:
-        if self.idle is not None and watch is not _UNWATCHED:
+        if self.idle is not None and watch is not UNWATCHED:
             self.idle.release(watch)
 
     async def read_body(self, upstream: aiohttp.ClientResponse) -> bytearray:
@@ -313,7 +313,7 @@ class HttpBackend:
             length = resp.content_length
             if length is not None and length > CONTROL_BODY_BYTES:
                 raise ResponseTooLarge(CONTROL_BODY_BYTES)
-            raw = await read_capped(resp.content, CONTROL_BODY_BYTES, _UNWATCHED)
+            raw = await read_capped(resp.content, CONTROL_BODY_BYTES, UNWATCHED)
             try:
                 data: object = orjson.loads(raw) if raw else None
             except ValueError:
@@ -335,7 +335,7 @@ async def read_capped(content: Any, limit: int, watch: Watch) -> bytearray:
         watch.progress += 1
 
 
-_PROBE_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge)
+PROBE_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge)
 
 
 class HttpProber:
@@ -350,20 +350,18 @@ class HttpProber:
         self.timeout_s = timeout_s
 
     async def __call__(self, worker: WorkerSnapshot) -> ProbeResult:
-        if worker.provider is not None:
-            return await self._provider_probe(worker, worker.provider)
         try:
             status, _ = await self.backend.get_json(worker, self.endpoint, self.timeout_s)
             if status != 200:
                 return ProbeResult(ok=False, detail=f"{self.endpoint} answered {status}")
-        except _PROBE_ERRORS as exc:
+        except PROBE_ERRORS as exc:
             return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
         model_id = worker.model_id
         try:
             status, data = await self.backend.get_json(worker, "/v1/models", self.timeout_s)
             ids = model_ids(data) if status == 200 else ()
             runtime = _runtime_of(data) if status == 200 else None
-        except _PROBE_ERRORS as exc:
+        except PROBE_ERRORS as exc:
             if model_id is None:
                 return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
             ids, runtime = (), None
@@ -376,34 +374,6 @@ class HttpProber:
         # a model_id given at registration that the worker does not list: no adapters of it
         adapters = tuple(i for i in ids if i != model_id) if model_id in ids else ()
         return ProbeResult(ok=True, model_id=model_id, adapters=adapters, runtime=runtime)
-
-    async def _provider_probe(self, worker: WorkerSnapshot, name: str) -> ProbeResult:
-        """A provider has no health endpoint: it is healthy when it lists its models to the
-        worker's key (every listed id routable); a refused key is named as such, never shown."""
-        backend = self.backend
-        vendor = backend.provider(name)
-        out = vendor.models_request(bearer_key(backend.forward_headers({}, worker, "")))
-        url = worker.url.rstrip("/") + out.path
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        try:
-            async with backend.session.request(
-                out.method, url, headers=out.headers, timeout=timeout
-            ) as resp:
-                status = resp.status
-                raw = await read_capped(resp.content, CONTROL_BODY_BYTES, _UNWATCHED)
-        except _PROBE_ERRORS as exc:
-            return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
-        if status in (401, 403):
-            detail = f"{name} refused the worker's key: GET {out.path} answered {status}"
-            return ProbeResult(ok=False, detail=detail)
-        if status != 200:
-            return ProbeResult(ok=False, detail=f"GET {out.path} answered {status}")
-        ids = vendor.model_ids(status, bytes(raw))
-        model_id = worker.model_id or (ids[0] if ids else None)
-        if model_id is None:
-            return ProbeResult(ok=False, detail=f"GET {out.path} named no model")
-        adapters = tuple(i for i in ids if i != model_id)
-        return ProbeResult(ok=True, model_id=model_id, adapters=adapters)
 
 
 def model_ids(data: object) -> tuple[str, ...]:

@@ -26,7 +26,9 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 _PASSED = ("temperature", "top_p", "top_k")
 # accepted and meaningless here (how the gateway or OpenAI bill and store): left out
-_IGNORED = frozenset({"model", "messages", "stream", "stream_options", "store", "service_tier"})
+_IGNORED = frozenset(
+    {"model", "messages", "stream", "stream_options", "store", "service_tier", "metadata"}
+)
 # accepted at these values only (the OpenAI defaults)
 _DEFAULTS: dict[str, tuple[Any, ...]] = {
     "n": (1,),

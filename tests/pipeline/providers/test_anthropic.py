@@ -263,3 +263,23 @@ def test_a_stream_cut_before_message_stop_raises_at_close() -> None:
     tr.feed(STREAM[: STREAM.index(b"event: message_delta")])
     with pytest.raises(ProviderStreamError, match="before message_stop"):
         tr.close()
+
+
+def test_images_become_image_blocks_and_a_bad_part_is_named() -> None:
+    parts = [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}},
+    ]
+    body = {"model": "m", "messages": [{"role": "user", "content": parts}], "store": False}
+    [turn] = messages_body(body, stream=False)["messages"]
+    assert turn["content"] == [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": "iVBORw0K"}},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+    ]  # fmt: skip
+    body["messages"] = [{"role": "user", "content": [{"type": "input_audio"}]}]
+    with pytest.raises(ProviderRequestError) as info:
+        messages_body(body, stream=False)
+    assert info.value.param == "messages[0]"

@@ -359,6 +359,11 @@ def _main(argv: Sequence[str] | None) -> int:
         from smg.sim.http_worker import serve
 
         sim_cfg = build_section(SimConfig, ns, "sim.")
+        if sim_cfg.provider is not None:
+            from smg.sim.provider_cli import serve_provider
+
+            run_until_signal(lambda stop: until_stopped(lambda: serve_provider(sim_cfg), stop))
+            return 0
         run_until_signal(lambda stop: until_stopped(lambda: serve(sim_cfg), stop))
         return 0
     if command == "dev":

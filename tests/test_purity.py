@@ -50,6 +50,8 @@ PURE = [
     ROOT / "sim" / "text.py",
     ROOT / "sim" / "gemini_replies.py",
     *sorted((ROOT / "pipeline" / "policies").glob("*.py")),
+    # the provider translations (the registry, __init__, hands them the wall clock)
+    *sorted(p for p in (ROOT / "pipeline" / "providers").glob("*.py") if p.stem != "__init__"),
     ROOT / "mcp_client" / "outputs.py",
     ROOT / "mcp_client" / "server_url.py",
     ROOT / "config" / "mcp.py",  # the MCP servers file: text in, values out

@@ -51,6 +51,7 @@ class AddWorker:
     bootstrap_port: int | None = None  # a prefill worker's KV bootstrap port (PD mode)
     imported: bool = False  # from the mesh's directory (not announced back to it)
     runtime_type: str | None = None  # None: detected by the probes
+    provider: str | None = None  # an external provider's name (runtime_type "external")
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,6 +116,7 @@ class RegistryActor(Actor):
             labels=msg.labels,
             bootstrap_port=msg.bootstrap_port,
             runtime_type=msg.runtime_type,
+            provider=msg.provider,
         )
         self.workers[worker_id] = snap
         self._publish()

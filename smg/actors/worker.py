@@ -165,6 +165,7 @@ def initial_snapshot(
     labels: tuple[tuple[str, str], ...] = (),
     bootstrap_port: int | None = None,
     runtime_type: str | None = None,
+    provider: str | None = None,
 ) -> WorkerSnapshot:
     return WorkerSnapshot(
         worker_id=worker_id,
@@ -180,4 +181,5 @@ def initial_snapshot(
         labels=labels,
         bootstrap_port=bootstrap_port,
         runtime_type=runtime_type,
+        provider=provider,
     )

@@ -69,6 +69,7 @@ def worker_json(w: WorkerSnapshot) -> dict[str, Any]:
         "circuit_breaker": w.breaker.state.name.lower(),
         "load": w.counter.active,
         "bootstrap_port": w.bootstrap_port,
+        **({"provider": w.provider} if w.provider else {}),
     }
 
 

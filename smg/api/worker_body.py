@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from smg.pipeline.providers import PROVIDERS
+
 WORKER_TYPES = ("regular", "prefill", "decode")
 # The Rust gateway's `RuntimeType` names (lowercase; "tensorrt-llm" is its alias of "trtllm").
 RUNTIME_TYPES = ("sglang", "vllm", "trtllm", "mlx", "tokenspeed", "external")
@@ -63,6 +65,14 @@ def _runtime(value: object) -> str | None:
     return name
 
 
+def _provider(value: object) -> str:
+    if value not in PROVIDERS:
+        known = ", ".join(PROVIDERS)
+        raise BadWorkerBody(f"Invalid JSON data: `provider` must be one of {known}, got {value!r}")
+    assert isinstance(value, str)
+    return value
+
+
 def _bootstrap_port(value: object) -> int | None:
     if value is not None and (type(value) is not int or not 0 < value < 65536):
         raise BadWorkerBody("Invalid JSON data: `bootstrap_port` must be a port or null")
@@ -87,6 +97,11 @@ def spec_fields(body: dict[str, Any]) -> dict[str, Any]:
     runtime = body.get("runtime_type", body.get("runtime"))
     if runtime is not None:
         out["runtime_type"] = _runtime(runtime)
+    provider = body.get("provider")
+    if provider is not None or out.get("runtime_type") == "external":
+        if out.setdefault("runtime_type", "external") != "external":
+            raise BadWorkerBody("Invalid JSON data: a `provider` goes with runtime_type external")
+        out["provider"] = _provider(provider)
     model_id = body.get("model_id")
     if model_id is not None:
         if not isinstance(model_id, str) or not model_id:

@@ -25,6 +25,7 @@ from smg.metrics import Metrics
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber
 from smg.pipeline.backends.http import HttpBackend, HttpProber
+from smg.pipeline.backends.provider_probe import ProviderProber
 from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard
 from smg.pipeline.policies import Policy
@@ -75,6 +76,7 @@ class CoreActors:
         prober = DispatchProber(
             HttpProber(backend, health.health_check_endpoint, health.health_check_timeout_secs),
             GrpcProber(self.engines, self.ensure_tokenizer, health.health_check_timeout_secs),
+            ProviderProber(backend, health.health_check_timeout_secs),
         )
         started = await start_actors(
             core,

@@ -14,13 +14,21 @@ from smg.core.worker_urls import AddressPolicy, InvalidWorkerUrl
 from smg.pipeline import pd
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.http import HttpBackend
+from smg.pipeline.providers import PROVIDERS
 
 
 def startup_workers(cfg: GatewayConfig) -> list[AddWorker]:
     """The workers named on the command line; in PD mode also the prefill and decode ones.
     They carry no api_key of their own: requests to them send `--worker-api-key` (never the
     clients' `--api-key`)."""
-    out = [AddWorker(url) for url in cfg.workers.worker_urls]
+    backend = cfg.workers.backend
+    if backend in PROVIDERS:  # an external provider's API base: translated, keyed, listed
+        out = [
+            AddWorker(url, runtime_type="external", provider=backend)
+            for url in cfg.workers.worker_urls
+        ]
+    else:
+        out = [AddWorker(url) for url in cfg.workers.worker_urls]
     if cfg.pd.pd_disaggregation:
         for entry in cfg.pd.prefill:
             url, port = pd.parse_prefill(entry)
@@ -76,4 +84,13 @@ def http_backend(
         connect_timeout_s=up.upstream_connect_timeout_secs,
         max_response_bytes=up.max_upstream_response_bytes,
         idle=idle,
+        provider_byok=up.provider_byok,
+        gateway_keys=gateway_keys(cfg),
     )
+
+
+def gateway_keys(cfg: GatewayConfig) -> frozenset[str]:
+    """The gateway's own data-plane keys: bring-your-own-key never forwards one of them."""
+    keys = {cfg.server.api_key} if cfg.server.api_key else set()
+    keys |= {entry.partition(":")[2] for entry in cfg.auth.tenant_api_keys}
+    return frozenset(keys)

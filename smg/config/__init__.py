@@ -144,3 +144,12 @@ class SimConfig:
     tls_client_ca_path: str | None = knob(
         None, "Require client certificates signed by this CA (PEM): mutual TLS."
     )
+    provider: str | None = knob(
+        None,
+        "Stand in for an external provider instead (its documented wire format, auth header, "
+        "errors, /v1/models and streaming): openai or anthropic.",
+        choices=("openai", "anthropic"),
+    )
+    provider_keys: tuple[str, ...] = knob(
+        ("sim-key",), "--provider: the API keys it accepts (others get its 401).", nargs="*"
+    )

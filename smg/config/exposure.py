@@ -158,6 +158,12 @@ class UpstreamConfig:
         "Bearer key the gateway sends to workers that have no api_key of their own "
         "(never the clients' keys).",
     )
+    provider_byok: bool = knob(
+        False,
+        "Bring-your-own-key for provider workers (the Rust gateway's auth passthrough): send "
+        "the client's own key (its Authorization Bearer, else x-api-key) to the provider instead "
+        "of the worker's; a client key that is one of the gateway's own is never sent.",
+    )
     worker_url_allowlist: tuple[str, ...] = knob(
         (),
         "CIDRs workers may be in; set: every other address is refused (at registration and at "

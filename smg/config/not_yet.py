@@ -124,7 +124,6 @@ NOT_YET: tuple[NotYet, ...] = (
     ),
     NotYet("--disable-tokenizer-autoload", 13, SWITCH),
     NotYet("--parser", None, ONE, choices=("legacy", "symphony")),
-    NotYet("--backend", 13, ONE, choices=("sglang", "openai", "anthropic", "vllm", "tokenspeed")),
     NotYet("--zmq-engine-count", 13, ONE, type=int),
     NotYet("--enable-wasm", None, SWITCH),
     NotYet("--storage-hook-wasm-path", None, ONE),
@@ -160,6 +159,7 @@ NOT_YET: tuple[NotYet, ...] = (
 # Values of served flags that the Rust gateway accepts and smg does not serve yet.
 NOT_YET_VALUES: dict[str, tuple[str, ...]] = {
     "--history-backend": ("oracle",),
+    "--backend": ("tokenspeed",),
     "--policy": ("passthrough",),
     "--prefill-policy": ("passthrough",),
     "--decode-policy": ("passthrough",),

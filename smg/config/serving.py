@@ -52,6 +52,13 @@ class WorkersConfig:
         "Workers to front (http://host:port; repeatable); more can be added at /workers.",
         nargs="extend",
     )
+    backend: str = knob(
+        "sglang",
+        "What --worker-urls are: sglang or vllm servers (today's behaviour), or an external "
+        "provider's API base (openai: OpenAI-compatible, passed through; anthropic: translated "
+        "to Messages); provider workers are runtime_type external, keyed by --worker-api-key.",
+        choices=("sglang", "openai", "anthropic", "vllm", "tokenspeed"),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,9 @@ class WorkerSnapshot:
     # The engine behind it ("sglang", "vllm", ...): as registered, else as the probes detected it
     # (None until then; shown as the Rust gateway's fallback, "sglang").
     runtime_type: str | None = None
+    # an external provider's name ("openai", "anthropic", ...): its requests are translated by
+    # smg.pipeline.providers and its health is its model listing; None: an engine's server
+    provider: str | None = None
     # other ids the worker serves (LoRA adapters, from its /v1/models): routable like model_id
     adapters: tuple[str, ...] = ()
     # The breaker needs to hear about successes only while it is counting something.

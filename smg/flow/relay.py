@@ -30,13 +30,14 @@ from smg.flow.runner import Attempt, Runner, outcome_of
 from smg.pipeline.backends.http import (
     DROP_RESPONSE,
     HttpBackend,
-    IdleTimeout,
     ResponseTooLarge,
 )
+from smg.pipeline.providers.base import ProviderStreamError
 
 log = structlog.get_logger("smg.relay")
 
-UPSTREAM_FAILURES = (TimeoutError, aiohttp.ClientError, ResponseTooLarge)
+# a provider worker's stream that broke off or carried an error event: ProviderStreamError
+UPSTREAM_FAILURES = (TimeoutError, aiohttp.ClientError, ResponseTooLarge, ProviderStreamError)
 
 
 def sse_error(err: errors.ApiError) -> bytes:
@@ -54,13 +55,7 @@ def upstream_failure(
         worker_id=worker_id,
         error=f"{type(exc).__name__}: {exc}",
     )
-    if isinstance(exc, ResponseTooLarge):
-        return errors.upstream_too_large(exc.limit)
-    if isinstance(exc, IdleTimeout) and backend.idle is not None:
-        return errors.upstream_idle(backend.idle.idle_s)
-    if isinstance(exc, TimeoutError):
-        return errors.upstream_timeout(backend.timeout_s)
-    return errors.upstream_broken()
+    return backend.answer_failure(exc)
 
 
 def is_event_stream(upstream: aiohttp.ClientResponse) -> bool:

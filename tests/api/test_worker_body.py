@@ -46,11 +46,20 @@ def test_spec_defaults_and_values() -> None:
         {"priority": True}, {"priority": 2**32}, {"cost": float("nan")}, {"cost": float("inf")},
         {"cost": False}, {"labels": {"a": None}}, {"runtime_type": "tgi"}, {"runtime_type": 3},
         {"worker_type": "encode"}, {"bootstrap_port": 0}, {"model_id": ""}, {"api_key": ""},
+        {"runtime_type": "external"}, {"provider": "cohere"},
+        {"runtime_type": "vllm", "provider": "openai"},
     ],
 )  # fmt: skip
 def test_spec_rejects(body: dict[str, Any]) -> None:
     with pytest.raises(BadWorkerBody):
         spec_fields(body)
+
+
+def test_a_provider_makes_an_external_worker() -> None:
+    got = spec_fields({"runtime_type": "external", "provider": "anthropic", "api_key": "k"})
+    assert (got["runtime_type"], got["provider"], got["api_key"]) == ("external", "anthropic", "k")
+    assert spec_fields({"provider": "openai"})["runtime_type"] == "external"
+    assert "provider" not in spec_fields({"runtime_type": "vllm"})
 
 
 def test_update_takes_only_what_is_given() -> None:

@@ -460,6 +460,22 @@ class Launcher:
             raise
         return sim
 
+    def provider(self, vendor: str, model: str, **options: Any) -> Sim:
+        """A provider stand-in (`smg sim --provider VENDOR`); return once it answers (it has no
+        /health: its /sim/keys)."""
+        port = free_port()
+        argv = ["sim", "--provider", vendor, "--host", "127.0.0.1", "--port", str(port)]
+        proc = self._start(f"{vendor}-{port}", [*argv, "--model", model, *_flags(options)])
+        sim = Sim(proc, port, model)
+
+        def up() -> bool:
+            if not proc.alive:
+                raise ProcessDied(proc)
+            return http("GET", sim.url + "/sim/keys", timeout_s=1.0).status == 200
+
+        wait_until(up, START_DEADLINE_S, f"{proc.name} to listen")
+        return sim
+
     def engines(self, *models: str, runtime: str = "vllm", **options: Any) -> list[Engine]:
         """Start one gRPC engine per model name, in parallel; return once each is serving.
         Options are `smg sim --grpc` flags with underscores (`decode_ms_per_token=50`)."""

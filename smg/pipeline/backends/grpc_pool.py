@@ -130,17 +130,22 @@ class GrpcProber:
 
 
 class DispatchProber:
-    """One prober for a mixed fleet: gRPC workers by URL scheme, the rest over HTTP."""
+    """One prober for a mixed fleet: gRPC workers by URL scheme, provider workers by their
+    model listing, the rest over HTTP."""
 
     def __init__(
         self,
         http: Callable[[WorkerSnapshot], Awaitable[ProbeResult]],
         grpc_prober: Callable[[WorkerSnapshot], Awaitable[ProbeResult]] | None,
+        provider_prober: Callable[[WorkerSnapshot], Awaitable[ProbeResult]] | None = None,
     ) -> None:
         self.http = http
         self.grpc = grpc_prober
+        self.provider = provider_prober
 
     def __call__(self, worker: WorkerSnapshot) -> Awaitable[ProbeResult]:
+        if self.provider is not None and worker.provider is not None:
+            return self.provider(worker)
         if self.grpc is not None and is_grpc_url(worker.url):
             return self.grpc(worker)
         return self.http(worker)

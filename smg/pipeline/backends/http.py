@@ -17,15 +17,27 @@ it), and streams that never stay silent longer than the idle limit (`IdleTimeout
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import orjson
+import structlog
 from yarl import URL
 
+from smg import errors
 from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper, Watch
 from smg.core.snapshots import WorkerSnapshot
+from smg.pipeline.backends.provider_http import (
+    TranslatedStream,
+    WholeContent,
+    bearer_key,
+    outgoing_request,
+)
+from smg.pipeline.providers import provider
+from smg.pipeline.providers.base import Provider, ProviderStreamError
+
+log = structlog.get_logger("smg.http")
 
 CONTROL_BODY_BYTES = 4 * 1024 * 1024  # health, model list, loads: small JSON documents
 
@@ -89,7 +101,7 @@ DROP_RESPONSE = frozenset(
         "x-request-id",
     }
 )
-_UNWATCHED = Watch(lambda: None)  # bumped by readers when there is no idle limit; never swept
+UNWATCHED = Watch(lambda: None)  # bumped by readers when there is no idle limit; never swept
 
 
 class HttpBackend:
@@ -102,7 +114,12 @@ class HttpBackend:
         connect_timeout_s: float = 10.0,
         max_response_bytes: int = 32 * 1024 * 1024,
         idle: IdleSweeper | None = None,
+        provider_byok: bool = False,
+        gateway_keys: frozenset[str] = frozenset(),
     ) -> None:
+        self.provider_byok = provider_byok  # a provider worker gets the client's own key
+        self._gateway_keys = gateway_keys  # ... unless it is one of the gateway's own
+        self._providers: dict[str, Provider] = {}
         self.session = session
         self.timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -124,6 +141,8 @@ class HttpBackend:
     def forward_headers(
         self, incoming: Mapping[str, str], worker: WorkerSnapshot, engine_id: str
     ) -> dict[str, str]:
+        if worker.provider is not None:  # the vendor gets its credential, nothing of the client
+            return self._provider_auth(incoming, worker)
         out = {k: v for k, v in incoming.items() if k.lower() not in _DROP_REQUEST}
         out["Content-Type"] = "application/json"
         out["X-Request-Id"] = engine_id
@@ -131,6 +150,23 @@ class HttpBackend:
         if auth is not None:
             out["Authorization"] = auth
         return out
+
+    def _provider_auth(self, incoming: Mapping[str, str], worker: WorkerSnapshot) -> dict[str, str]:
+        """A provider worker's key as a Bearer header (`open` hands it to the provider): the
+        client's own with bring-your-own-key (its `Authorization` Bearer, else its `x-api-key`),
+        else the worker's credential."""
+        if self.provider_byok:
+            client = bearer_key(incoming) or incoming.get("x-api-key") or incoming.get("X-Api-Key")
+            if client and client not in self._gateway_keys:
+                return {"Authorization": f"Bearer {client}"}
+        auth = self.authorization(worker)
+        return {"Authorization": auth} if auth is not None else {}
+
+    def provider(self, name: str) -> Provider:
+        found = self._providers.get(name)
+        if found is None:
+            found = self._providers[name] = provider(name)
+        return found
 
     async def open(
         self,
@@ -141,15 +177,77 @@ class HttpBackend:
         timeout_s: float | None = None,
     ) -> aiohttp.ClientResponse:
         """Send the request; return once the status line and headers are in. `timeout_s`: what
-        is left of the request's deadline (default: all of it); it bounds the body too."""
-        key = (worker.url, path)
-        url = self._urls.get(key)
-        if url is None:  # parsing a URL costs more than the rest of our per-request work
-            url = self._urls[key] = URL(worker.url + path)
+        is left of the request's deadline (default: all of it); it bounds the body too. A
+        provider worker's request goes out in its vendor's terms (`_open_provider`)."""
         if timeout_s is None or timeout_s == self.timeout_s:
             timeout = self._timeout
         else:
             timeout = self._client_timeout(max(0.001, timeout_s))
+        if worker.provider is not None:
+            return await self._open_provider(worker, path, body, headers, timeout)
+        return await self._post(worker, path, body, headers, timeout)
+
+    async def _open_provider(
+        self,
+        worker: WorkerSnapshot,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        """The answer reads as OpenAI's: a 200 stream translated as it is read, anything else
+        read whole here (size-capped, within the deadline) and translated at once. A whole
+        answer that fails while it is read becomes the gateway's error answer (502/504: the
+        worker's failure, as the relay would say it)."""
+        assert worker.provider is not None
+        vendor = self.provider(worker.provider)
+        out, stream = outgoing_request(vendor, path, body, bearer_key(headers))
+        resp = await self._post(worker, out.path, out.body, out.headers, timeout)
+        if stream and resp.status == 200 and resp.content_type == "text/event-stream":
+            model = worker.model_id or ""
+            resp.content = cast(Any, TranslatedStream(resp.content, vendor.chat_stream(model)))
+            return resp
+        try:
+            raw = await self.read_body(resp)
+        except (TimeoutError, aiohttp.ClientError, ResponseTooLarge) as exc:
+            resp.close()  # the rest of the body is unread: drop the connection
+            log.warning(
+                "provider_answer_failed",
+                worker_url=worker.url,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            err = self.answer_failure(exc)
+            resp.status, data = err.status, err.to_json()
+        else:
+            resp.status, data = vendor.chat_answer(resp.status, bytes(raw))
+        resp.content = cast(Any, WholeContent(data))
+        return resp
+
+    def answer_failure(self, exc: BaseException) -> errors.ApiError:
+        """The client-facing error for an answer that failed after its headers: too large,
+        idle, past the deadline, broken off, or a provider stream's error (its own status)."""
+        if isinstance(exc, ProviderStreamError):  # the vendor's own status, code and message
+            return errors.ApiError(exc.status, exc.code, exc.message)
+        if isinstance(exc, ResponseTooLarge):
+            return errors.upstream_too_large(exc.limit)
+        if isinstance(exc, IdleTimeout) and self.idle is not None:
+            return errors.upstream_idle(self.idle.idle_s)
+        if isinstance(exc, TimeoutError):
+            return errors.upstream_timeout(self.timeout_s)
+        return errors.upstream_broken()
+
+    async def _post(
+        self,
+        worker: WorkerSnapshot,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        key = (worker.url, path)
+        url = self._urls.get(key)
+        if url is None:  # parsing a URL costs more than the rest of our per-request work
+            url = self._urls[key] = URL(worker.url + path)
         try:
             return await self.session.post(url, data=body, headers=headers, timeout=timeout)
         except aiohttp.ConnectionTimeoutError as exc:  # nothing was sent: another worker may do
@@ -169,7 +267,7 @@ class HttpBackend:
         calls `unwatch` when done; a silent stream's next read raises `IdleTimeout`."""
         idle = self.idle
         if idle is None:
-            return _UNWATCHED
+            return UNWATCHED
         content = upstream.content
 
         def cut() -> None:
@@ -178,7 +276,7 @@ class HttpBackend:
         return idle.watch(cut)
 
     def unwatch(self, watch: Watch) -> None:
-        if self.idle is not None and watch is not _UNWATCHED:
+        if self.idle is not None and watch is not UNWATCHED:
             self.idle.release(watch)
 
     async def read_body(self, upstream: aiohttp.ClientResponse) -> bytearray:
@@ -215,7 +313,7 @@ class HttpBackend:
             length = resp.content_length
             if length is not None and length > CONTROL_BODY_BYTES:
                 raise ResponseTooLarge(CONTROL_BODY_BYTES)
-            raw = await read_capped(resp.content, CONTROL_BODY_BYTES, _UNWATCHED)
+            raw = await read_capped(resp.content, CONTROL_BODY_BYTES, UNWATCHED)
             try:
                 data: object = orjson.loads(raw) if raw else None
             except ValueError:
@@ -237,7 +335,7 @@ async def read_capped(content: Any, limit: int, watch: Watch) -> bytearray:
         watch.progress += 1
 
 
-_PROBE_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge)
+PROBE_ERRORS = (TimeoutError, aiohttp.ClientError, OSError, ResponseTooLarge)
 
 
 class HttpProber:
@@ -256,14 +354,14 @@ class HttpProber:
             status, _ = await self.backend.get_json(worker, self.endpoint, self.timeout_s)
             if status != 200:
                 return ProbeResult(ok=False, detail=f"{self.endpoint} answered {status}")
-        except _PROBE_ERRORS as exc:
+        except PROBE_ERRORS as exc:
             return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
         model_id = worker.model_id
         try:
             status, data = await self.backend.get_json(worker, "/v1/models", self.timeout_s)
             ids = model_ids(data) if status == 200 else ()
             runtime = _runtime_of(data) if status == 200 else None
-        except _PROBE_ERRORS as exc:
+        except PROBE_ERRORS as exc:
             if model_id is None:
                 return ProbeResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
             ids, runtime = (), None

@@ -280,12 +280,6 @@ def make_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--grpc", action="store_true", help="Serve the engines' gRPC contract instead of HTTP"
     )
-    sim.add_argument(
-        "--provider",
-        choices=("gemini",),
-        help="Stand in for an external provider's API (its wire format) instead of a worker",
-    )
-    sim.add_argument("--api-key", help="With --provider: the key every call must carry")
     from smg.sim.grpc_cli import add_grpc_sim_args
 
     add_grpc_sim_args(sim)
@@ -348,13 +342,6 @@ def _main(argv: Sequence[str] | None) -> int:
             from smg.sim.grpc_cli import run_grpc
 
             run_grpc(ns)
-            return 0
-        if ns.provider == "gemini":
-            from smg.sim.gemini_standin import serve as serve_gemini
-
-            standin = build_section(SimConfig, ns, "sim.")
-            key = ns.api_key
-            run_until_signal(lambda stop: until_stopped(lambda: serve_gemini(standin, key), stop))
             return 0
         from smg.sim.http_worker import serve
 

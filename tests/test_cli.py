@@ -85,9 +85,14 @@ def test_sim_flags() -> None:
 
 
 def test_sim_provider_flags() -> None:
-    _, ns = parse(["sim", "--provider", "gemini", "--api-key", "k", "--port", "9"])
-    assert (ns.provider, ns.api_key) == ("gemini", "k")
-    assert parse(["sim"])[1].provider is None
+    from smg.cli import build_section
+    from smg.config import SimConfig
+
+    for name in ("openai", "anthropic", "gemini"):
+        _, ns = parse(["sim", "--provider", name, "--provider-keys", "k", "--port", "9"])
+        sim = build_section(SimConfig, ns, "sim.")
+        assert (sim.provider, sim.provider_keys) == (name, ("k",))
+    assert build_section(SimConfig, parse(["sim"])[1], "sim.").provider is None
     with pytest.raises(SystemExit):
         parse(["sim", "--provider", "nobody"])
 

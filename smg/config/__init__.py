@@ -147,8 +147,8 @@ class SimConfig:
     provider: str | None = knob(
         None,
         "Stand in for an external provider instead (its documented wire format, auth header, "
-        "errors, /v1/models and streaming): openai or anthropic.",
-        choices=("openai", "anthropic"),
+        "errors, model listing and streaming): openai, anthropic or gemini.",
+        choices=("openai", "anthropic", "gemini"),
     )
     provider_keys: tuple[str, ...] = knob(
         ("sim-key",), "--provider: the API keys it accepts (others get its 401).", nargs="*"

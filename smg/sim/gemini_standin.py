@@ -5,8 +5,10 @@ tested against the documented shapes with no internet.
 Routes: GET `/v1beta/models` (and `/v1beta/models/{model}`), POST
 `/v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse` (SSE frames ended by
 CRLF CRLF, as Google's); any other `alt` streams a JSON array, as Gemini does without
-`alt=sse`. With `--api-key` every call needs the key in `x-goog-api-key` or `?key=`: a missing
-key is Gemini's 403, a wrong one its 400 API_KEY_INVALID. What is answered: smg.sim.gemini_replies.
+`alt=sse`. With `--provider-keys` every call needs one of them in `x-goog-api-key` or `?key=`: a
+missing key is Gemini's 403, a wrong one its 400 API_KEY_INVALID. What is answered:
+smg.sim.gemini_replies. Like the other stand-ins, `GET /sim/keys` lists the keys it was sent
+(with their paths) and `GET /sim/requests` the last request bodies.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -26,22 +30,28 @@ from smg.sim.script import Script, parse_script
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 32 * 1024 * 1024  # bytes of one request body
+_KEPT = 64  # keys and bodies remembered for /sim/*
 
 
 class GeminiStandIn:
-    def __init__(self, cfg: SimConfig, api_key: str | None) -> None:
+    def __init__(self, cfg: SimConfig) -> None:
         self.models = (cfg.model, *cfg.adapters)
-        self.api_key = api_key
+        self.accepted = tuple(k.encode() for k in cfg.provider_keys)  # none: any key, or none
         self.script = parse_script(Path(cfg.script).read_text()) if cfg.script else Script()
         self._ids = itertools.count(1)
+        self.keys_seen: deque[tuple[str, str | None]] = deque(maxlen=_KEPT)  # (path, key)
+        self.bodies: deque[Any] = deque(maxlen=_KEPT)
 
     @web.middleware
     async def check_key(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.api_key is not None:
-            given = request.headers.get("x-goog-api-key") or request.query.get("key")
+        if request.path.startswith("/sim/"):
+            return await handler(request)
+        given = request.headers.get("x-goog-api-key") or request.query.get("key")
+        self.keys_seen.append((request.path, given))
+        if self.accepted:
             if not given:
                 return _error(replies.no_key())
-            if not hmac.compare_digest(given.encode(), self.api_key.encode()):
+            if not any(hmac.compare_digest(given.encode(), key) for key in self.accepted):
                 return _error(replies.bad_key())
         return await handler(request)
 
@@ -49,6 +59,13 @@ class GeminiStandIn:
         return web.json_response(
             {"models": [replies.model_entry(m) for m in self.models]}, dumps=_dumps
         )
+
+    async def keys(self, request: web.Request) -> web.Response:
+        seen = [{"path": path, "key": key} for path, key in self.keys_seen]
+        return web.json_response({"keys": seen})
+
+    async def requests(self, request: web.Request) -> web.Response:
+        return web.json_response({"requests": list(self.bodies)})
 
     async def get_model(self, request: web.Request) -> web.Response:
         model = request.match_info["model"]
@@ -66,6 +83,7 @@ class GeminiStandIn:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
             return _error(replies.error(400, "Invalid JSON payload received."))
+        self.bodies.append(body)
         reply = replies.plan_reply(body, self.script)
         if reply.error is not None:
             return _error(reply.error)
@@ -109,25 +127,12 @@ def _error(body: dict[str, object]) -> web.Response:
     return web.json_response(body, status=status, dumps=_dumps)
 
 
-def build_app(cfg: SimConfig, api_key: str | None) -> web.Application:
-    standin = GeminiStandIn(cfg, api_key)
+def build_app(cfg: SimConfig) -> web.Application:
+    standin = GeminiStandIn(cfg)
     app = web.Application(client_max_size=MAX_BODY, middlewares=[standin.check_key])
     app.router.add_get("/v1beta/models", standin.list_models)
     app.router.add_get("/v1beta/models/{model}", standin.get_model)
     app.router.add_post("/v1beta/models/{call}", standin.generate)
+    app.router.add_get("/sim/keys", standin.keys)
+    app.router.add_get("/sim/requests", standin.requests)
     return app
-
-
-async def serve(cfg: SimConfig, api_key: str | None) -> None:
-    """Run the stand-in until cancelled."""
-    runner = web.AppRunner(build_app(cfg, api_key), access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, cfg.host, cfg.port)
-        await site.start()
-        port = runner.addresses[0][1]
-        host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
-        print(f"smg sim (gemini stand-in) listening on http://{host}:{port}", flush=True)
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()

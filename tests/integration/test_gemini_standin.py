@@ -36,7 +36,7 @@ WEATHER = {
 def base_url(module_launch: Launcher) -> Iterator[str]:
     port = free_port()
     argv = ["sim", "--provider", "gemini", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--model", MODEL, "--adapters", "gemini-2.5-pro", "--api-key", KEY]
+    argv += ["--model", MODEL, "--adapters", "gemini-2.5-pro", "--provider-keys", KEY]
     proc = module_launch._start(f"gemini-standin-{port}", argv)
     url = f"http://127.0.0.1:{port}"
 

@@ -1,8 +1,9 @@
 """A real 3-node mesh on loopback: `smg node --join`, one address per node (127.0.0.x).
 
 A worker registered on node A serves through B and C; A is killed with SIGKILL and B and C keep
-serving it; a change (PATCH) and a removal on B reach C; a partition (the in-process fault-injecting transport)
-hides a registration until it heals; garbage on the mesh port is counted and dropped.
+serving it; a change (PATCH) and a removal on B reach C; a partition (the in-process
+fault-injecting transport) hides a registration until it heals; garbage on the mesh port is
+counted and dropped.
 """
 
 from __future__ import annotations

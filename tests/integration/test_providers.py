@@ -1,6 +1,6 @@
 """External providers as workers: the `openai` SDK -> gateway -> a provider stand-in
-(`smg sim --provider openai|anthropic`, each speaking its vendor's documented wire format), the
-worker registered with `--backend` or `POST /workers` (`runtime_type: external`)."""
+(`smg sim --provider openai|anthropic|gemini`, each speaking its vendor's documented wire
+format), the worker registered with `--backend` or `POST /workers` (`runtime_type: external`)."""
 
 from __future__ import annotations
 
@@ -37,11 +37,27 @@ def last_request(sim: Sim) -> dict[str, Any]:
     return http("GET", sim.url + "/sim/requests").json()["requests"][-1]
 
 
-@pytest.fixture(scope="module", params=["openai", "anthropic"])
+def chat_path(vendor: str, model: str, stream: bool) -> str:
+    """Where the vendor's stand-in is sent a chat request."""
+    if vendor == "gemini":
+        return f"/v1beta/models/{model}:{'streamGenerateContent' if stream else 'generateContent'}"
+    return "/v1/messages" if vendor == "anthropic" else "/v1/chat/completions"
+
+
+@pytest.fixture(scope="module", params=["openai", "anthropic", "gemini"])
 def fleet(request: pytest.FixtureRequest, module_launch: Launcher) -> tuple[str, Sim, Gateway]:
+    """A stand-in of the vendor and a gateway in front of it: with `--backend` (the Rust
+    gateway's flag: openai and anthropic), else registered (`runtime_type: external`)."""
     vendor = request.param
     sim = module_launch.provider(vendor, f"{vendor}-model", provider_keys=[KEY, CLIENT_KEY])
-    gw = module_launch.gateway([sim], backend=vendor, worker_api_key=KEY)
+    if vendor == "gemini":
+        gw = module_launch.gateway([], ready=0)
+        body = {"url": sim.url, "runtime_type": "external", "provider": vendor, "api_key": KEY}
+        r = gw.request("POST", "/workers", body)
+        assert r.status == 202, r
+        gw.wait_ready(1)
+    else:
+        gw = module_launch.gateway([sim], backend=vendor, worker_api_key=KEY)
     return vendor, sim, gw
 
 
@@ -68,6 +84,9 @@ def test_whole_and_streamed_answers(fleet: tuple[str, Sim, Gateway]) -> None:
     sent = last_request(sim)
     if vendor == "anthropic":  # translated: the system prompt and max_tokens as Messages has them
         assert sent["system"] == "Be kind." and sent["max_tokens"] == 50
+    elif vendor == "gemini":  # translated: Gemini's systemInstruction and generationConfig
+        assert sent["systemInstruction"]["parts"] == [{"text": "Be kind."}]
+        assert sent["generationConfig"]["maxOutputTokens"] == 50
     else:  # passed through
         assert sent["messages"] == messages
     chunks = list(
@@ -77,8 +96,8 @@ def test_whole_and_streamed_answers(fleet: tuple[str, Sim, Gateway]) -> None:
     assert text == "Hello there, friend."
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == "stop" and finishes.count("stop") == 1
-    chat_path = "/v1/messages" if vendor == "anthropic" else "/v1/chat/completions"
-    assert keys_seen(sim, chat_path)[-1] == KEY  # the worker's key; BYOK is off
+    path = chat_path(vendor, model, stream=True)
+    assert keys_seen(sim, path)[-1] == KEY  # the worker's key; BYOK is off
 
 
 def test_a_tool_call_round_trip_whole_and_streamed(fleet: tuple[str, Sim, Gateway]) -> None:
@@ -126,7 +145,10 @@ def test_the_upstream_429_reaches_the_client_as_429_in_openai_shape(
     )
     assert r.status == 429, r
     assert r.json()["error"]["code"] == "rate_limit_exceeded"
-    assert r.header("retry-after") == "1"
+    if vendor == "gemini":  # Gemini says when in the body (RetryInfo), not in a header
+        assert "retry after 7s" in r.json()["error"]["message"]
+    else:
+        assert r.header("retry-after") == "1"
     with pytest.raises(openai.RateLimitError) as info:
         gw.client().chat.completions.create(
             model=f"{vendor}-model",

@@ -6,8 +6,7 @@ module implements `base.Provider`: an OpenAI chat completions request in, the ve
 out; the vendor's answer (whole or streamed) in, an OpenAI chat completion (or OpenAI error) out.
 The transport shell (smg.pipeline.backends.http and the relay) moves the bytes.
 
-`provider(name)` is the registry; `PROVIDERS` the names it knows ("gemini" is wired in at its
-merge: its slot is here).
+`provider(name)` is the registry; `PROVIDERS` the names it knows.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from collections.abc import Callable
 
 from smg.pipeline.providers.anthropic import AnthropicProvider
 from smg.pipeline.providers.base import Provider
+from smg.pipeline.providers.gemini import Gemini
 from smg.pipeline.providers.openai import OpenAIProvider
 
 
@@ -27,7 +27,7 @@ def _openai(now: Callable[[], float]) -> Provider:
 _FACTORIES: dict[str, Callable[[Callable[[], float]], Provider]] = {
     "openai": _openai,
     "anthropic": AnthropicProvider,
-    # "gemini": wired at its merge
+    "gemini": Gemini,
 }
 PROVIDERS = tuple(_FACTORIES)
 

@@ -48,6 +48,7 @@ from smg.actors.runtime import Actor, ActorRef
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.mesh.cache_summary import CacheSummaries
 from smg.mesh.worker_records import HybridClock, WorkerDirectory, public_spec
+from smg.pipeline.providers import PROVIDERS
 
 log = structlog.get_logger("smg.mesh_sync")
 
@@ -57,17 +58,20 @@ WORKERS, CACHE = "workers", "cache"
 
 def spec_of(worker: WorkerSnapshot) -> dict[str, Any]:
     """What the mesh may learn of a worker: everything but its credentials."""
-    return public_spec(
-        {
-            "url": worker.url,
-            "worker_type": worker.worker_type,
-            "model_id": worker.model_id,
-            "priority": worker.priority,
-            "cost": worker.cost,
-            "labels": [list(kv) for kv in worker.labels],
-            "bootstrap_port": worker.bootstrap_port,
-        }
-    )
+    spec: dict[str, Any] = {
+        "url": worker.url,
+        "worker_type": worker.worker_type,
+        "model_id": worker.model_id,
+        "priority": worker.priority,
+        "cost": worker.cost,
+        "labels": [list(kv) for kv in worker.labels],
+        "bootstrap_port": worker.bootstrap_port,
+    }
+    if worker.runtime_type is not None:  # an external provider's worker needs both
+        spec["runtime_type"] = worker.runtime_type
+    if worker.provider is not None:
+        spec["provider"] = worker.provider
+    return public_spec(spec)
 
 
 # the spec fields a peer's PATCH / PUT may change here (url is the key; model_id only to a value)
@@ -162,6 +166,9 @@ class MeshSyncActor(Actor):
         for url, spec in wanted.items():
             if url in present:
                 await self._apply_change(present[url], spec)
+                continue
+            if spec.get("provider", "openai") not in PROVIDERS:  # from a newer node, perhaps
+                log.warning("mesh_import_failed", url=url, error="unknown provider")
                 continue
             try:
                 await self.registry.ask(add_message(spec), _ASK_TIMEOUT_S)

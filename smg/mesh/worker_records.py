@@ -77,6 +77,9 @@ SPEC_FIELDS: dict[str, Any] = {
     "cost": lambda v: type(v) in (int, float) and math.isfinite(v) and 0 <= v <= 1e12,
     "labels": _labels,
     "bootstrap_port": lambda v: v is None or _count(v, 65535),
+    # sent only when set (a spec without them is what nodes before them accept)
+    "runtime_type": lambda v: _text(v, 32) and bool(v),
+    "provider": lambda v: _text(v, 32) and bool(v),  # an external provider's name
 }
 
 

@@ -190,3 +190,21 @@ async def test_a_change_here_is_not_undone_by_the_record_it_is_about_to_replace(
     await settle()
     assert node.owner_of("http://g:1") == (node.directory.node_id, "add")
     assert node.directory.effective()["http://g:1"]["priority"] == 9
+
+
+async def test_a_provider_worker_is_published_and_imported_as_one(node: Node) -> None:
+    add = AddWorker("http://p:1", model_id="m", runtime_type="external", provider="anthropic")
+    await node.registry.ask(add, 5.0)
+    await settle()
+    spec = node.directory.effective()["http://p:1"]
+    assert (spec["runtime_type"], spec["provider"]) == ("external", "anthropic")
+    peer = directory("n2")
+    mine = {"url": "http://q:1", "model_id": "g", "runtime_type": "external", "provider": "gemini"}
+    peer.publish_add("http://q:1", mine, (1, 0, peer.node_id))
+    odd = {"url": "http://r:1", "runtime_type": "external", "provider": "someday"}
+    peer.publish_add("http://r:1", odd, (1, 0, peer.node_id))
+    from_peer(node, peer)
+    await settle()
+    imported = worker(node, "http://q:1")
+    assert (imported.runtime_type, imported.provider) == ("external", "gemini")
+    assert "http://r:1" not in node.urls()  # a provider this node does not know is not imported

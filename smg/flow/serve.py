@@ -12,6 +12,9 @@ goes to the dispatcher of its plan:
     yes          no         SingleWorker: one engine (or an HTTP worker of a mixed fleet)
     yes          yes        GrpcPd: a prefill/decode pair of engines
 
+Embeddings for a model with gRPC engines are answered by the gateway (embed.py: tokenize, one
+Embed call per input, OpenAI's body) through the same runner.
+
 Every dispatcher answers through the same render and relay paths and the same runner (retries,
 deadline, breaker reports, metrics), whatever surface asked. A surface the gateway renders itself
 (Responses) runs on every plan: an HTTP worker's chat answer, one worker's or a PD pair's decode
@@ -27,6 +30,7 @@ from aiohttp import web
 
 from smg import errors
 from smg.flow.admission import Admission
+from smg.flow.embed import Embedder, wants_engines
 from smg.flow.inflight import InFlight
 from smg.flow.pd_grpc import GrpcPd
 from smg.flow.pd_http import HttpPd
@@ -58,6 +62,7 @@ class Flow:
         self.inflight = inflight
         self.preparer = preparer
         self.single = single
+        self.embedder = Embedder(single=single, preparer=preparer)
         self.http_pd = http_pd  # PD mode: every request goes to a prefill/decode pair
         self.grpc_pd = grpc_pd
         self.igw = igw  # IGW mode: a request without a model is never guessed a model
@@ -72,10 +77,13 @@ class Flow:
         candidates = self.runner.candidates(req.model)  # unknown model: 404 before a permit
         tokens = token_mode(req, candidates)
         sampling = self.preparer.check(req) if tokens else None
+        inputs = self.embedder.check(req) if wants_engines(req, candidates) else None
         raw = engine_body(req.raw, req.body, req.engine_id)
         await self.admission.acquire()
         task = self.inflight.add()
         try:
+            if inputs is not None:
+                return await self.embedder.serve(client, req, raw, inputs, candidates)
             if sampling is not None:
                 prepared = await self.preparer.prepare(req, sampling, candidates)
                 route = self.preparer.route(req, prepared)

@@ -73,6 +73,7 @@ class EngineStats:
     in_flight: int = 0
     pd_requests: int = 0  # Generate calls carrying a bootstrap room or KV-transfer params
     last_bootstrap_port: int = 0  # SGLang PD decode: the prefill bootstrap port last named
+    embed_requests: int = 0  # Embed calls answered (one per embedded input)
 
     def snapshot(self) -> dict[str, int]:
         return dataclasses.asdict(self)

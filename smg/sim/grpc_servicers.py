@@ -23,6 +23,7 @@ from smg_grpc_proto.generated import vllm_engine_pb2_grpc as vll_grpc
 from smg.sim.engine_actor import GenParams, SimEngine
 from smg.sim.engine_core import CapacityError
 from smg.sim.grpc_wire import Wire, answer, parse_sglang, parse_vllm
+from smg.sim.text import EMBED_DIMS, embedding, fingerprint
 from smg.sim.tokenizer_files import tokenizer_zip
 
 SIM_VERSION = "0.1.0-smg-sim"
@@ -71,6 +72,22 @@ class _Common:
                 yield msg
         finally:
             engine.end(job)
+
+    async def Embed(self, request: Any, context: Any) -> Any:
+        """A unit vector of EMBED_DIMS floats that depends only on the seed and the token ids
+        (the HTTP sim's vector for the same ids)."""
+        engine = self.engine
+        ids = list(request.tokenized.input_ids)
+        if not ids or len(ids) > engine.cfg.context_length:
+            engine.stats.rejected += 1
+            what = "no input tokens" if not ids else f"{len(ids)} tokens exceed the context"
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, what)
+        engine.stats.embed_requests += 1
+        key = fingerprint((",".join(map(str, ids)),))[0]
+        vec = embedding(engine.cfg.seed, key, EMBED_DIMS)
+        return self.wire.pb.EmbedResponse(
+            embedding=vec, prompt_tokens=len(ids), embedding_dim=len(vec)
+        )
 
     async def HealthCheck(self, request: Any, context: Any) -> Any:
         return self.wire.pb.HealthCheckResponse(healthy=True, message=self.health_message)

@@ -54,12 +54,11 @@ from smg.sim.http_wire import (
 )
 from smg.sim.plan import CONTEXT_LENGTH, Plan, int_field, plan_request, prompt_keys
 from smg.sim.script import Script, parse_script
-from smg.sim.text import TextGen, embedding, spans
+from smg.sim.text import EMBED_DIMS, TextGen, embedding, spans
 
 Sleep = Callable[[float], Awaitable[None]]
 
 SIM_VERSION = "0.1.0-smg-sim"
-EMBED_DIMS = 8
 MAX_EMBED_DIMS = 4096
 _BATCH_TOKENS = 64  # stream chunks per write when there is no decode delay
 

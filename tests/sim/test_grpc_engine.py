@@ -278,6 +278,7 @@ async def test_client_cancel_is_counted(vocab: Vocab, runtime: str) -> None:
             "requests": 1, "completed": 0, "aborted": 0, "abort_requests": 0,
             "cancelled": 1, "rejected": 0, "in_flight": 0, "pd_requests": 0,
             "last_bootstrap_port": 0,
+            "embed_requests": 0,
         }  # fmt: skip
         assert sim.engine.load().running == 0
 

@@ -67,7 +67,7 @@ from smg.pipeline.backends.grpc_errors import (
 )
 from smg.pipeline.backends.grpc_lean import LeanChannel
 from smg.pipeline.backends.grpc_replies import ResponseNormaliser, loads_from, model_info_from
-from smg.pipeline.backends.grpc_requests import build_aborts, build_generate
+from smg.pipeline.backends.grpc_requests import build_aborts, build_embed, build_generate
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineEvent, EngineModelInfo, EngineRequest
 from smg.tls import WorkerTls
@@ -345,6 +345,15 @@ class EngineClient:
     ) -> None:
         for message in build_aborts(self.runtime, list(request_ids), reason):
             await self._unary(self._probe.Abort, message, self.abort_timeout_s)
+
+    async def embed(
+        self, request_id: str, input_ids: Sequence[int], text: str, timeout_s: float
+    ) -> tuple[list[float], int]:
+        """One Embed call on the data channel: (the vector, the prompt tokens the engine
+        counted). Raises like the control calls (`UpstreamError`, `EngineError`)."""
+        message = build_embed(self.runtime, request_id, input_ids, text)
+        reply = await self._unary(self._data.Embed, message, timeout_s)
+        return list(reply.embedding), int(reply.prompt_tokens) or len(input_ids)
 
     # --- control plane -------------------------------------------------------------------------
 

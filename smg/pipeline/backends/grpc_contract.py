@@ -47,6 +47,8 @@ _SHARED = {
     "OutputLogProbs": "token_logprobs:float[] token_ids:uint32[] top_logprobs:TopLogProbs[]",
     "TopLogProbs": "values:float[] token_ids:uint32[]",
     "TokenizedInput": "original_text:string input_ids:uint32[]",
+    "EmbedRequest": "request_id:string tokenized:TokenizedInput",
+    "EmbedResponse": "embedding:float[] prompt_tokens:uint32 embedding_dim:uint32",
     "HealthCheckRequest": "",
     "HealthCheckResponse": "healthy:bool",
     "GetModelInfoRequest": "",
@@ -93,6 +95,7 @@ _PER_RUNTIME = {
 # The RPCs the adapter calls, on both services (checked by the contract test too).
 USED_METHODS = (
     "Generate",
+    "Embed",
     "HealthCheck",
     "Abort",
     "GetModelInfo",

@@ -200,13 +200,19 @@ async def start_stream(
         first = []
     except EngineError as exc:
         await agen.aclose()
-        if exc.http_status in (502, 503):  # the engine is unavailable or overloaded: try another
-            raise UpstreamError("connect", str(exc)) from exc
-        if exc.http_status < 500:  # the engine's word on the client's request: it is theirs
-            code = "engine_invalid_request" if exc.http_status == 400 else "engine_error"
-            raise errors.ApiError(exc.http_status, code, f"The engine refused: {exc}") from exc
-        log.warning("engine_refused", url=client.url, engine_id=request.request_id, error=str(exc))
-        raise errors.ApiError(
-            exc.http_status, "engine_error", "The engine refused this request"
-        ) from exc
+        raise refusal(exc, client.url, request.request_id) from exc
     return EngineStream(agen, first)
+
+
+def refusal(exc: EngineError, url: str, engine_id: str) -> Exception:
+    """What the runner gets when an engine refused a request before answering: an
+    `UpstreamError` (try another engine, a breaker failure) when it is unavailable or
+    overloaded, else the client's `ApiError` (the engine's word on the request: no failure of
+    the engine's, so its breaker is not told)."""
+    if exc.http_status in (502, 503):
+        return UpstreamError("connect", str(exc))
+    if exc.http_status < 500:
+        code = "engine_invalid_request" if exc.http_status == 400 else "engine_error"
+        return errors.ApiError(exc.http_status, code, f"The engine refused: {exc}")
+    log.warning("engine_refused", url=url, engine_id=engine_id, error=str(exc))
+    return errors.ApiError(exc.http_status, "engine_error", "The engine refused this request")

@@ -22,6 +22,7 @@ How the two runtimes differ on the way in, and what this module does about it:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from smg_grpc_proto.generated import sglang_scheduler_pb2, vllm_engine_pb2
@@ -144,3 +145,15 @@ def build_aborts(runtime: str, request_ids: list[str], reason: str) -> list[Any]
     if runtime == VLLM:
         return [vllm_engine_pb2.AbortRequest(request_ids=request_ids)]
     return [sglang_scheduler_pb2.AbortRequest(request_id=r, reason=reason) for r in request_ids]
+
+
+def build_embed(runtime: str, request_id: str, input_ids: Sequence[int], text: str) -> Any:
+    """The runtime's `EmbedRequest` for one tokenized input (both runtimes take the same three
+    fields; SGLang's other ones, cross-encoder and multimodal, are left unset)."""
+    pb: Any = vllm_engine_pb2 if runtime == VLLM else sglang_scheduler_pb2
+    if runtime not in (VLLM, SGLANG):
+        raise ValueError(f"unknown runtime {runtime!r}")
+    return pb.EmbedRequest(
+        request_id=request_id,
+        tokenized=pb.TokenizedInput(original_text=text, input_ids=input_ids),
+    )

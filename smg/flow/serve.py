@@ -29,6 +29,7 @@ import orjson
 from aiohttp import web
 
 from smg import errors
+from smg.core.snapshots import WorkerSnapshot
 from smg.flow.admission import Admission
 from smg.flow.embed import Embedder, wants_engines
 from smg.flow.inflight import InFlight
@@ -36,9 +37,10 @@ from smg.flow.pd_grpc import GrpcPd
 from smg.flow.pd_http import HttpPd
 from smg.flow.prepare import Preparer, token_mode
 from smg.flow.render import RenderFactory
-from smg.flow.request import Request
+from smg.flow.request import HTTP_ONLY_KINDS, Request
 from smg.flow.runner import Runner
 from smg.flow.single import SingleWorker
+from smg.pipeline.backends.grpc_pool import is_grpc_url
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.tokenizer import Tokenizer
 
@@ -75,6 +77,8 @@ class Flow:
         engine's events. Client-facing failures raise `ApiError`."""
         req = self.canonical(req)
         candidates = self.runner.candidates(req.model)  # unknown model: 404 before a permit
+        if req.kind in HTTP_ONLY_KINDS:
+            http_only(req, candidates)
         tokens = token_mode(req, candidates)
         sampling = self.preparer.check(req) if tokens else None
         inputs = self.embedder.check(req) if wants_engines(req, candidates) else None
@@ -147,3 +151,16 @@ class Flow:
                 code="tokenizer_not_available",
             )
         return tok
+
+
+def http_only(req: Request, candidates: tuple[WorkerSnapshot, ...]) -> None:
+    """Rerank and classify are passed through to HTTP workers: a model with gRPC engines among
+    its workers is refused (501) rather than sent to an engine as HTTP (a failure that would
+    count against the engine's breaker)."""
+    if any(is_grpc_url(w.url) for w in candidates):
+        raise errors.ApiError(
+            501,
+            "unsupported_endpoint",
+            f"Model '{req.model}' is served by gRPC engines, which do not serve {req.path}",
+            type="not_implemented_error",
+        )

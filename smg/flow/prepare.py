@@ -101,7 +101,11 @@ class Preparer:
         raise AssertionError(f"{req.kind} has no token mode")
 
     def tokenizer(self, model: str, candidates: tuple[WorkerSnapshot, ...]) -> Tokenizer:
-        tok = self.tokenizers.value.get(model)
+        tokenizers = self.tokenizers.value
+        tok = tokenizers.get(model)
+        if tok is None:  # a LoRA adapter: its base model's tokenizer
+            base = next((w.model_id for w in candidates if w.model_id not in (None, model)), None)
+            tok = None if base is None else tokenizers.get(base)
         if tok is None:
             now = self.now()
             if not any(w.routable(now) for w in candidates):

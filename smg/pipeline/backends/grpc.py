@@ -125,6 +125,7 @@ class EngineClient:
         self._max_response_bytes = max_response_bytes  # per lean Generate call (None: none)
         self._generate_path = f"/{SERVICE_NAMES[runtime]}/Generate"
         self._parse_response = self._pb.GenerateResponse.FromString
+        self.lora_ids: dict[str, str] = {}  # adapter name -> its engine id (lora_adapters)
 
     @classmethod
     async def connect(
@@ -394,6 +395,26 @@ class EngineClient:
             except (UpstreamError, EngineError) as exc:
                 log.debug("server_info_unavailable", url=self.url, error=str(exc))
         return model_info_from(self.runtime, info, server)
+
+    async def lora_adapters(self, timeout_s: float | None = None) -> dict[str, str] | None:
+        """The engine's loaded LoRA adapters, name -> the id requests name them by (SGLang's
+        ListLoadedLoRAAdapters); None when the runtime has no such call (vLLM's contract) or the
+        engine does not implement it. Kept as `lora_ids` for the requests that follow."""
+        if self.runtime != SGLANG:
+            return None
+        try:
+            reply = await self._unary(
+                self._probe.ListLoadedLoRAAdapters,
+                sglang_scheduler_pb2.ListLoadedLoRAAdaptersRequest(),
+                timeout_s,
+            )
+        except EngineError as exc:
+            if exc.status == "UNIMPLEMENTED":
+                return None
+            raise
+        found = {a.lora_name or a.lora_id: a.lora_id or a.lora_name for a in reply.loaded_adapters}
+        self.lora_ids = found
+        return found
 
     async def server_args(self, timeout_s: float | None = None) -> dict[str, Any]:
         """An SGLang engine's `GetServerInfo().server_args` as a dict (PD mode reads a prefill's

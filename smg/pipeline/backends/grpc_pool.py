@@ -10,6 +10,7 @@ before anything is sent to the client.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -97,7 +98,9 @@ class EnginePool:
 
 class GrpcProber:
     """Health of a gRPC worker: the standard health service (or the engine's HealthCheck); on
-    first success the model is learned from GetModelInfo and its tokenizer made ready."""
+    first success the model is learned from GetModelInfo and its tokenizer made ready. Every
+    check reads the engine's LoRA adapters where it lists them (SGLang): each is routable by its
+    name, as an HTTP worker's /v1/models entries are."""
 
     def __init__(
         self,
@@ -120,13 +123,15 @@ class GrpcProber:
                 return ProbeResult(ok=False, detail="engine reports not serving")
             if model_id is None:
                 model_id = (await client.model_info()).model_id
+            loras = await client.lora_adapters(self.timeout_s)  # adapters come and go
         except (UpstreamError, EngineError, grpc.aio.AioRpcError, OSError) as exc:
             return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
         try:
             await self.ensure_tokenizer(model_id, client)
         except Exception as exc:  # a refused bundle, a load timeout, an unreadable tokenizer
             return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
-        return ProbeResult(ok=True, model_id=model_id, runtime=client.runtime)
+        adapters = None if loras is None else tuple(n for n in loras if n != model_id)
+        return ProbeResult(ok=True, model_id=model_id, adapters=adapters, runtime=client.runtime)
 
 
 class DispatchProber:
@@ -216,3 +221,14 @@ def refusal(exc: EngineError, url: str, engine_id: str) -> Exception:
         return errors.ApiError(exc.http_status, code, f"The engine refused: {exc}")
     log.warning("engine_refused", url=url, engine_id=engine_id, error=str(exc))
     return errors.ApiError(exc.http_status, "engine_error", "The engine refused this request")
+
+
+def request_for(
+    request: EngineRequest, model: str, worker: WorkerSnapshot, client: EngineClient
+) -> EngineRequest:
+    """`request` as `worker`'s engine (`client`) takes it: a request for one of its LoRA
+    adapters (a model that is not the worker's own) names the engine's id of it (`lora_id`, as
+    its last adapter list gave it)."""
+    if model == worker.model_id:
+        return request
+    return dataclasses.replace(request, lora_id=client.lora_ids.get(model, model))

@@ -47,6 +47,8 @@ def build_generate(runtime: str, req: EngineRequest) -> Any:
         )
         if req.kv_transfer_params_json is not None:
             v.kv_transfer_params_json = req.kv_transfer_params_json
+        if req.dp_rank is not None:
+            v.data_parallel_rank = req.dp_rank
         return v
     if runtime == SGLANG:
         g = sglang_scheduler_pb2.GenerateRequest(
@@ -65,6 +67,10 @@ def build_generate(runtime: str, req: EngineRequest) -> Any:
             g.disaggregated_params.bootstrap_host = host
             g.disaggregated_params.bootstrap_port = port
             g.disaggregated_params.bootstrap_room = room
+        if req.lora_id is not None:
+            g.lora_id = req.lora_id
+        if req.dp_rank is not None:
+            g.data_parallel_rank = req.dp_rank
         return g
     raise ValueError(f"unknown runtime {runtime!r}")
 

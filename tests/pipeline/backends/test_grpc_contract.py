@@ -12,6 +12,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from smg.pipeline.backends.grpc_contract import (
     PROTO_MODULES,
+    RUNTIME_METHODS,
     SERVICE_NAMES,
     SGLANG,
     USED_FIELDS,
@@ -76,7 +77,7 @@ def test_used_message_exists(module: str, message: str) -> None:
 def test_services_and_methods(runtime: str) -> None:
     services = PROTO_MODULES[runtime].DESCRIPTOR.services_by_name
     (service,) = [s for s in services.values() if s.full_name == SERVICE_NAMES[runtime]]
-    for method in USED_METHODS:
+    for method in (*USED_METHODS, *RUNTIME_METHODS[runtime]):
         assert method in service.methods_by_name, f"{service.full_name} has no {method}"
     assert service.methods_by_name["Generate"].server_streaming
     assert service.methods_by_name["GetTokenizer"].server_streaming

@@ -24,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from smg import errors
+from smg.core.dp import rank_of
 from smg.core.snapshots import WorkerSnapshot
 from smg.flow.prepare import Preparer
 from smg.flow.render import ROUTED_WORKER_HEADER
@@ -116,7 +117,8 @@ class Embedder:
 
         def send(worker: WorkerSnapshot, timeout_s: float) -> Awaitable[Any]:
             if is_grpc_url(worker.url):
-                return embed_all(engines.client(worker.url), engine_id, tokenized, timeout_s)
+                client, rank = engines.client(worker.url), rank_of(worker.url)
+                return embed_all(client, engine_id, tokenized, timeout_s, rank)
             fwd = backend.forward_headers(headers, worker, engine_id)
             return backend.open(worker, path, raw, fwd, timeout_s)
 
@@ -128,13 +130,14 @@ async def embed_all(
     engine_id: str,
     tokenized: Sequence[tuple[list[int], str]],
     timeout_s: float,
+    rank: int | None = None,
 ) -> Embedded:
     """One Embed call per input, all at once; the first failure ends the others."""
 
     async def one(index: int, ids: list[int], text: str) -> tuple[list[float], int]:
         request_id = engine_id if len(tokenized) == 1 else f"{engine_id}-{index}"
         try:
-            return await client.embed(request_id, ids, text, timeout_s)
+            return await client.embed(request_id, ids, text, timeout_s, rank)
         except EngineError as exc:
             raise refusal(exc, client.url, request_id) from exc
 

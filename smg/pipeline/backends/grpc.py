@@ -348,11 +348,16 @@ class EngineClient:
             await self._unary(self._probe.Abort, message, self.abort_timeout_s)
 
     async def embed(
-        self, request_id: str, input_ids: Sequence[int], text: str, timeout_s: float
+        self,
+        request_id: str,
+        input_ids: Sequence[int],
+        text: str,
+        timeout_s: float,
+        dp_rank: int | None = None,
     ) -> tuple[list[float], int]:
         """One Embed call on the data channel: (the vector, the prompt tokens the engine
         counted). Raises like the control calls (`UpstreamError`, `EngineError`)."""
-        message = build_embed(self.runtime, request_id, input_ids, text)
+        message = build_embed(self.runtime, request_id, input_ids, text, dp_rank)
         reply = await self._unary(self._data.Embed, message, timeout_s)
         return list(reply.embedding), int(reply.prompt_tokens) or len(input_ids)
 
@@ -395,6 +400,17 @@ class EngineClient:
             except (UpstreamError, EngineError) as exc:
                 log.debug("server_info_unavailable", url=self.url, error=str(exc))
         return model_info_from(self.runtime, info, server)
+
+    async def dp_size(self, timeout_s: float | None = None) -> int:
+        """The engine's data-parallel ranks: vLLM's `data_parallel_size`, SGLang's server arg
+        `dp_size` (1 when it reports none)."""
+        reply = await self._unary(
+            self._probe.GetServerInfo, self._pb.GetServerInfoRequest(), timeout_s
+        )
+        if self.runtime == VLLM:
+            return max(1, int(reply.data_parallel_size))
+        size = json_format.MessageToDict(reply.server_args).get("dp_size")
+        return max(1, int(size)) if isinstance(size, int | float) else 1
 
     async def lora_adapters(self, timeout_s: float | None = None) -> dict[str, str] | None:
         """The engine's loaded LoRA adapters, name -> the id requests name them by (SGLang's

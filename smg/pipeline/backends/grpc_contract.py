@@ -92,6 +92,8 @@ _PER_RUNTIME = {
     (SGLANG, "LoadedLoRAAdapter"): "lora_id:string lora_name:string",
     (SGLANG, "GetModelInfoResponse"): "max_context_length:int32",
     (SGLANG, "GetServerInfoResponse"): "server_args:Struct",
+    (VLLM, "GetServerInfoResponse"): "data_parallel_size:int32",
+    (SGLANG, "EmbedRequest"): "data_parallel_rank:int32",
     (SGLANG, "GetLoadsRequest"): "include:string[]",
     (VLLM, "GetLoadsRequest"): "",
     ("common", "GetTokenizerRequest"): "",

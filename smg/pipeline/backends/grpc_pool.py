@@ -18,6 +18,7 @@ import grpc
 import structlog
 
 from smg import errors
+from smg.core.dp import engine_url, rank_of
 from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper
 from smg.core.snapshots import WorkerSnapshot
@@ -58,12 +59,15 @@ class EnginePool:
         self._lock = asyncio.Lock()
 
     def client(self, url: str) -> EngineClient:
+        """The connected engine of a worker URL (a rank worker's `url@rank`: its engine's)."""
+        url = engine_url(url)
         try:
             return self._clients[url]
         except KeyError:
             raise UpstreamError("connect", f"{url}: not connected yet") from None
 
     async def connect(self, url: str) -> EngineClient:
+        url = engine_url(url)
         client = self._clients.get(url)
         if client is not None:
             return client
@@ -107,10 +111,12 @@ class GrpcProber:
         pool: EnginePool,
         ensure_tokenizer: Callable[[str, EngineClient], Awaitable[Any]],
         timeout_s: float,
+        dp_aware: bool = False,
     ) -> None:
         self.pool = pool
         self.ensure_tokenizer = ensure_tokenizer
         self.timeout_s = timeout_s
+        self.dp_aware = dp_aware  # ask each new engine its data-parallel size
 
     async def __call__(self, worker: WorkerSnapshot) -> ProbeResult:
         # Once GetModelInfo named the model, a failure after it (the tokenizer bundle fails its
@@ -121,8 +127,11 @@ class GrpcProber:
             client = await self.pool.connect(worker.url)
             if not await client.health(self.timeout_s):
                 return ProbeResult(ok=False, detail="engine reports not serving")
+            dp_size = None
             if model_id is None:
                 model_id = (await client.model_info()).model_id
+                if self.dp_aware:
+                    dp_size = await client.dp_size(self.timeout_s)
             loras = await client.lora_adapters(self.timeout_s)  # adapters come and go
         except (UpstreamError, EngineError, grpc.aio.AioRpcError, OSError) as exc:
             return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
@@ -131,7 +140,9 @@ class GrpcProber:
         except Exception as exc:  # a refused bundle, a load timeout, an unreadable tokenizer
             return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
         adapters = None if loras is None else tuple(n for n in loras if n != model_id)
-        return ProbeResult(ok=True, model_id=model_id, adapters=adapters, runtime=client.runtime)
+        return ProbeResult(
+            ok=True, model_id=model_id, adapters=adapters, runtime=client.runtime, dp_size=dp_size
+        )
 
 
 class DispatchProber:
@@ -228,7 +239,9 @@ def request_for(
 ) -> EngineRequest:
     """`request` as `worker`'s engine (`client`) takes it: a request for one of its LoRA
     adapters (a model that is not the worker's own) names the engine's id of it (`lora_id`, as
-    its last adapter list gave it)."""
-    if model == worker.model_id:
+    its last adapter list gave it); a rank worker's (`url@rank`, `--dp-aware`) names its rank."""
+    rank = rank_of(worker.url)
+    if model == worker.model_id and rank is None:
         return request
-    return dataclasses.replace(request, lora_id=client.lora_ids.get(model, model))
+    lora = None if model == worker.model_id else client.lora_ids.get(model, model)
+    return dataclasses.replace(request, lora_id=lora, dp_rank=rank)

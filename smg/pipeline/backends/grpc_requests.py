@@ -153,13 +153,19 @@ def build_aborts(runtime: str, request_ids: list[str], reason: str) -> list[Any]
     return [sglang_scheduler_pb2.AbortRequest(request_id=r, reason=reason) for r in request_ids]
 
 
-def build_embed(runtime: str, request_id: str, input_ids: Sequence[int], text: str) -> Any:
+def build_embed(
+    runtime: str, request_id: str, input_ids: Sequence[int], text: str, dp_rank: int | None = None
+) -> Any:
     """The runtime's `EmbedRequest` for one tokenized input (both runtimes take the same three
-    fields; SGLang's other ones, cross-encoder and multimodal, are left unset)."""
+    fields; SGLang's other ones, cross-encoder and multimodal, are left unset). The rank goes
+    where the contract has a field for it (SGLang's; vLLM's Embed has none)."""
     pb: Any = vllm_engine_pb2 if runtime == VLLM else sglang_scheduler_pb2
     if runtime not in (VLLM, SGLANG):
         raise ValueError(f"unknown runtime {runtime!r}")
-    return pb.EmbedRequest(
+    message = pb.EmbedRequest(
         request_id=request_id,
         tokenized=pb.TokenizedInput(original_text=text, input_ids=input_ids),
     )
+    if dp_rank is not None and runtime == SGLANG:
+        message.data_parallel_rank = dp_rank
+    return message

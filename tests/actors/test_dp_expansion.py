@@ -80,3 +80,10 @@ def test_rank_urls() -> None:
     assert dp.rank_of("grpc://h:1@") is None
     assert dp.expands("grpc://h:1", 2) and not dp.expands("grpc://h:1@0", 2)
     assert not dp.expands("grpc://h:1", None) and not dp.expands("grpc://h:1", 1)
+
+
+def test_a_rank_workers_bootstrap_host_is_its_engines() -> None:
+    from smg.pipeline.pd import bootstrap_host
+
+    assert bootstrap_host("grpc://10.0.0.5:30001@3") == "10.0.0.5"
+    assert bootstrap_host("grpc://[::1]:30001@0") == "::1"

@@ -35,6 +35,7 @@ from smg.actors.runtime import Actor, ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.actors.worker import Prober, WorkerActor, initial_snapshot
 from smg.config import CircuitBreakerConfig, HealthConfig
+from smg.core import dp
 from smg.core.circuit_breaker import CircuitBreaker
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 
@@ -66,6 +67,7 @@ class RegistryActor(Actor):
         health_cfg: HealthConfig,
         breaker_cfg: CircuitBreakerConfig,
         events: EventBus | None = None,
+        dp_aware: bool = False,
     ) -> None:
         super().__init__()
         self.cell = cell
@@ -76,12 +78,16 @@ class RegistryActor(Actor):
         self.events = events if events is not None else EventBus()
         self.workers: dict[str, WorkerSnapshot] = {w.worker_id: w for w in cell.value.workers}
         self.refs: dict[str, ActorRef] = {}
+        self.dp_aware = dp_aware  # an engine of N data-parallel ranks becomes N workers
 
     async def handle(self, message: Any) -> Any:
         match message:
             case WorkerChanged(snapshot=snap):
                 before = self.workers.get(snap.worker_id)
                 if before is not None:
+                    if self.dp_aware and dp.expands(snap.url, snap.dp_size):
+                        await self._expand(snap)
+                        return None
                     self.workers[snap.worker_id] = snap
                     self._publish()
                     self._announce_changes(before, snap)
@@ -137,6 +143,30 @@ class RegistryActor(Actor):
         log.info("worker_added", worker=url, worker_id=worker_id)
         self.events.publish(WorkerAdded(snap, msg.imported))
         return snap
+
+    async def _expand(self, snap: WorkerSnapshot) -> None:
+        """`--dp-aware`: a worker whose engine reported N > 1 data-parallel ranks is replaced
+        by N workers `url@rank`, registered as it was (they probe the same engine)."""
+        assert snap.dp_size is not None
+        await self._remove(snap.worker_id, False)
+        log.info("worker_dp_expanded", worker=snap.url, dp_size=snap.dp_size)
+        for url in dp.rank_urls(snap.url, snap.dp_size):
+            try:
+                await self._add(
+                    AddWorker(
+                        url,
+                        api_key=snap.api_key,
+                        worker_type=snap.worker_type,
+                        model_id=snap.model_id,
+                        priority=snap.priority,
+                        cost=snap.cost,
+                        labels=snap.labels,
+                        bootstrap_port=snap.bootstrap_port,
+                        runtime_type=snap.runtime_type,
+                    )
+                )
+            except DuplicateWorker:  # registered by hand already: keep that one
+                continue
 
     async def _remove(self, worker_id: str, imported: bool) -> WorkerSnapshot | None:
         snap = self.workers.pop(worker_id, None)

@@ -102,6 +102,7 @@ async def start_actors(core: Supervisor, workers: Supervisor, deps: ActorDeps) -
                 health_cfg=cfg.health,
                 breaker_cfg=cfg.breaker,
                 events=events,
+                dp_aware=cfg.routing.dp_aware,
             ),
         )
     )

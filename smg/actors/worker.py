@@ -105,6 +105,8 @@ class WorkerActor(Actor):
             snap = replace(snap, model_id=result.model_id)
         if result.runtime and snap.runtime_type is None:
             snap = replace(snap, runtime_type=result.runtime)
+        if result.dp_size is not None and result.dp_size != snap.dp_size:
+            snap = replace(snap, dp_size=result.dp_size)
         if result.adapters is not None and result.adapters != snap.adapters:
             snap = replace(snap, adapters=result.adapters)  # adapters loaded or unloaded
         ok = result.ok and snap.model_id is not None

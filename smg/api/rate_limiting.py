@@ -27,6 +27,8 @@ INFERENCE_PATHS = frozenset(
         "/v1/messages",
         "/v1/embeddings",
         "/v1/rerank",
+        "/rerank",
+        "/v1/classify",
         "/generate",
     }
 )

@@ -75,7 +75,12 @@ class CoreActors:
         health = cfg.health
         prober = DispatchProber(
             HttpProber(backend, health.health_check_endpoint, health.health_check_timeout_secs),
-            GrpcProber(self.engines, self.ensure_tokenizer, health.health_check_timeout_secs),
+            GrpcProber(
+                self.engines,
+                self.ensure_tokenizer,
+                health.health_check_timeout_secs,
+                dp_aware=cfg.routing.dp_aware,
+            ),
             ProviderProber(backend, health.health_check_timeout_secs),
         )
         started = await start_actors(

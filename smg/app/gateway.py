@@ -44,6 +44,7 @@ from smg.api.openai_routes import OpenAIRoutes
 from smg.api.responses_background import Background
 from smg.api.responses_loop import ToolLoop
 from smg.api.responses_routes import ResponsesRoutes
+from smg.api.scoring_routes import ScoringRoutes
 from smg.app.actors import CoreActors
 from smg.app.flow import build_flow
 from smg.app.mesh import GatewayMesh
@@ -214,6 +215,7 @@ class Gateway:
         OpenAIRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         NativeRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         MessagesRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
+        ScoringRoutes(flow=flow, max_payload=srv.max_payload_size).install(app)
         tools = ToolLoop(
             pool=mcp,
             metrics=self.metrics,

@@ -80,7 +80,6 @@ NOT_YET: tuple[NotYet, ...] = (
     NotYet("--pd-admission-wait-secs", None, ONE, type=int),
     NotYet("--stream-body-stall-timeout-secs", None, ONE, type=int),
     NotYet("--sse-keepalive-secs", None, ONE, type=int),
-    NotYet("--dp-aware", 13, SWITCH),
     NotYet("--routing-key-override", None, SWITCH, aliases=("--sticky-sessions",)),
     NotYet("--routing-key-headers", None, ANY),
     NotYet("--dp-minimum-tokens-scheduler", None, SWITCH),

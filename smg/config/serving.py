@@ -92,6 +92,11 @@ class RoutingConfig:
         "(a native request without one is refused: 400 missing_model), a model with its own "
         "policy when its first worker names one (POST /workers `policy`).",
     )
+    dp_aware: bool = knob(
+        False,
+        "A gRPC engine reporting N data-parallel ranks (GetServerInfo dp_size) is served as N "
+        "workers url@0..url@N-1, each request carrying its rank (data_parallel_rank).",
+    )
     model_alias: tuple[str, ...] = knob(
         (),
         "ALIAS=CANONICAL: requests for ALIAS go to CANONICAL's workers, as CANONICAL "

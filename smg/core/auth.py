@@ -3,7 +3,7 @@
 Route classes, decided in one place (`classify`) from the matched route's path:
 
     PUBLIC   /health /liveness /readiness           nobody is asked for anything
-    DATA     /v1/* and /generate                    --api-key, --tenant-api-key
+    DATA     /v1/*, /generate and /rerank           --api-key, --tenant-api-key
     ADMIN    everything else: /workers*, /get_loads, control-plane key or JWT, role admin
              /flush_cache, /parse/*, /mesh/*, and any
              route not listed here (fail closed)
@@ -61,7 +61,7 @@ class RouteClass(Enum):
 
 
 PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness"})
-DATA_PATHS = frozenset({"/generate"})
+DATA_PATHS = frozenset({"/generate", "/rerank"})
 # Under /v1/ but administrative in the Rust gateway (tokenizer management).
 ADMIN_UNDER_V1 = ("/v1/tokenizers",)
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

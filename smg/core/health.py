@@ -52,6 +52,7 @@ class ProbeResult:
     # the other ids the worker serves besides `model_id` (LoRA adapters in its /v1/models); None:
     # not asked this time (keep what is known)
     adapters: tuple[str, ...] | None = None
+    dp_size: int | None = None  # the engine's data-parallel ranks, when the probe asked
 
 
 class WorkerHealth:

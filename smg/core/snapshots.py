@@ -59,6 +59,9 @@ class WorkerSnapshot:
     provider: str | None = None
     # other ids the worker serves (LoRA adapters, from its /v1/models): routable like model_id
     adapters: tuple[str, ...] = ()
+    # the engine's data-parallel ranks, as its probe reported them (None: not asked); with
+    # `--dp-aware` the registry makes one worker per rank of it (smg.core.dp)
+    dp_size: int | None = None
     # The breaker needs to hear about successes only while it is counting something.
     breaker_counting: bool = False
     # Where the request path reports outcomes (the worker's own actor); set once it runs.

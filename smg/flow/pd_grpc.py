@@ -38,6 +38,7 @@ from aiohttp import web
 
 from smg import errors
 from smg.clock import Clock
+from smg.core.dp import rank_of
 from smg.core.snapshots import WorkerSnapshot
 from smg.flow import render
 from smg.flow.legs import LegFailed, fail_client
@@ -324,6 +325,9 @@ class GrpcPd:
     async def _start(
         self, role: str, worker: WorkerSnapshot, req: EngineRequest, deadline: float
     ) -> EngineStream:
+        rank = rank_of(worker.url)  # a rank worker's leg names its rank (`--dp-aware`)
+        if rank is not None:
+            req = dataclasses.replace(req, dp_rank=rank)
         try:
             client = self.engines.client(worker.url)
             left = max(0.001, deadline - self.clock.now())

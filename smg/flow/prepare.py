@@ -25,7 +25,7 @@ from typing import Any
 
 from smg import errors
 from smg.core.snapshots import SnapshotCell, WorkerSnapshot
-from smg.flow.request import Kind, Request
+from smg.flow.request import TOKEN_KINDS, Kind, Request
 from smg.pipeline.backends.grpc_pool import is_grpc_url
 from smg.pipeline.chat_template import TemplateError
 from smg.pipeline.engine_types import EngineRequest, SamplingParams
@@ -58,9 +58,9 @@ class Prepared:
 
 
 def token_mode(req: Request, candidates: tuple[WorkerSnapshot, ...]) -> bool:
-    """True when the request takes the token pipeline: its model has a gRPC worker (embeddings
-    never do: there is nothing to generate)."""
-    return req.kind is not Kind.EMBEDDINGS and any(is_grpc_url(w.url) for w in candidates)
+    """True when the request takes the token pipeline: its model has a gRPC worker (embeddings,
+    rerank and classify never do: there is nothing to generate)."""
+    return req.kind in TOKEN_KINDS and any(is_grpc_url(w.url) for w in candidates)
 
 
 class Preparer:
@@ -101,7 +101,11 @@ class Preparer:
         raise AssertionError(f"{req.kind} has no token mode")
 
     def tokenizer(self, model: str, candidates: tuple[WorkerSnapshot, ...]) -> Tokenizer:
-        tok = self.tokenizers.value.get(model)
+        tokenizers = self.tokenizers.value
+        tok = tokenizers.get(model)
+        if tok is None:  # a LoRA adapter: its base model's tokenizer
+            base = next((w.model_id for w in candidates if w.model_id not in (None, model)), None)
+            tok = None if base is None else tokenizers.get(base)
         if tok is None:
             now = self.now()
             if not any(w.routable(now) for w in candidates):

@@ -39,6 +39,16 @@ class Kind(enum.Enum):
     COMPLETION = "completion"
     GENERATE = "generate"  # SGLang's native /generate
     EMBEDDINGS = "embeddings"
+    RERANK = (
+        "rerank"  # HTTP workers only (passed through; the answer rebuilt: smg.pipeline.scoring)
+    )
+    CLASSIFY = "classify"  # HTTP workers only (passed through)
+
+
+# The kinds token mode can prepare (chat template or tokenizer, then Generate)
+TOKEN_KINDS = frozenset({Kind.CHAT, Kind.COMPLETION, Kind.GENERATE})
+# The kinds only HTTP workers answer (gRPC engines have no rerank or classify call the gateway uses)
+HTTP_ONLY_KINDS = frozenset({Kind.RERANK, Kind.CLASSIFY})
 
 
 class Request(NamedTuple):

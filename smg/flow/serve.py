@@ -12,6 +12,9 @@ goes to the dispatcher of its plan:
     yes          no         SingleWorker: one engine (or an HTTP worker of a mixed fleet)
     yes          yes        GrpcPd: a prefill/decode pair of engines
 
+Embeddings for a model with gRPC engines are answered by the gateway (embed.py: tokenize, one
+Embed call per input, OpenAI's body) through the same runner.
+
 Every dispatcher answers through the same render and relay paths and the same runner (retries,
 deadline, breaker reports, metrics), whatever surface asked. A surface the gateway renders itself
 (Responses) runs on every plan: an HTTP worker's chat answer, one worker's or a PD pair's decode
@@ -26,15 +29,18 @@ import orjson
 from aiohttp import web
 
 from smg import errors
+from smg.core.snapshots import WorkerSnapshot
 from smg.flow.admission import Admission
+from smg.flow.embed import Embedder, wants_engines
 from smg.flow.inflight import InFlight
 from smg.flow.pd_grpc import GrpcPd
 from smg.flow.pd_http import HttpPd
 from smg.flow.prepare import Preparer, token_mode
 from smg.flow.render import RenderFactory
-from smg.flow.request import Request
+from smg.flow.request import HTTP_ONLY_KINDS, Request
 from smg.flow.runner import Runner
 from smg.flow.single import SingleWorker
+from smg.pipeline.backends.grpc_pool import is_grpc_url
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.tokenizer import Tokenizer
 
@@ -58,6 +64,7 @@ class Flow:
         self.inflight = inflight
         self.preparer = preparer
         self.single = single
+        self.embedder = Embedder(single=single, preparer=preparer)
         self.http_pd = http_pd  # PD mode: every request goes to a prefill/decode pair
         self.grpc_pd = grpc_pd
         self.igw = igw  # IGW mode: a request without a model is never guessed a model
@@ -70,12 +77,17 @@ class Flow:
         engine's events. Client-facing failures raise `ApiError`."""
         req = self.canonical(req)
         candidates = self.runner.candidates(req.model)  # unknown model: 404 before a permit
+        if req.kind in HTTP_ONLY_KINDS:
+            http_only(req, candidates)
         tokens = token_mode(req, candidates)
         sampling = self.preparer.check(req) if tokens else None
+        inputs = self.embedder.check(req) if wants_engines(req, candidates) else None
         raw = engine_body(req.raw, req.body, req.engine_id)
         await self.admission.acquire()
         task = self.inflight.add()
         try:
+            if inputs is not None:
+                return await self.embedder.serve(client, req, raw, inputs, candidates)
             if sampling is not None:
                 prepared = await self.preparer.prepare(req, sampling, candidates)
                 route = self.preparer.route(req, prepared)
@@ -139,3 +151,16 @@ class Flow:
                 code="tokenizer_not_available",
             )
         return tok
+
+
+def http_only(req: Request, candidates: tuple[WorkerSnapshot, ...]) -> None:
+    """Rerank and classify are passed through to HTTP workers: a model with gRPC engines among
+    its workers is refused (501) rather than sent to an engine as HTTP (a failure that would
+    count against the engine's breaker)."""
+    if any(is_grpc_url(w.url) for w in candidates):
+        raise errors.ApiError(
+            501,
+            "unsupported_endpoint",
+            f"Model '{req.model}' is served by gRPC engines, which do not serve {req.path}",
+            type="not_implemented_error",
+        )

@@ -26,7 +26,13 @@ from smg.flow.relay import HttpRelay
 from smg.flow.render import ROUTED_WORKER_HEADER, ChatRenderer, RenderFactory
 from smg.flow.request import Request
 from smg.flow.runner import Attempt, Runner
-from smg.pipeline.backends.grpc_pool import EnginePool, EngineStream, is_grpc_url, start_stream
+from smg.pipeline.backends.grpc_pool import (
+    EnginePool,
+    EngineStream,
+    is_grpc_url,
+    request_for,
+    start_stream,
+)
 from smg.pipeline.policies.base import RouteRequest
 
 
@@ -91,11 +97,13 @@ class SingleWorker:
         of the request's deadline. Both carry the gateway's engine id, never the client's."""
         engine_request = None if prepared is None else prepared.engine_request(req.stream)
         engines, backend = self.engines, self.relay.backend
-        path, headers, engine_id = req.path, req.headers, req.engine_id
+        path, headers, engine_id, model = req.path, req.headers, req.engine_id, req.model
 
         def send(worker: WorkerSnapshot, timeout_s: float) -> Awaitable[Any]:
             if engine_request is not None and is_grpc_url(worker.url):
-                return start_stream(engines.client(worker.url), engine_request, timeout_s)
+                client = engines.client(worker.url)
+                request = request_for(engine_request, model, worker, client)
+                return start_stream(client, request, timeout_s)
             fwd = backend.forward_headers(headers, worker, engine_id)
             return backend.open(worker, path, raw, fwd, timeout_s)
 

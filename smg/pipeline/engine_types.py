@@ -51,6 +51,10 @@ class EngineRequest:
     # (host, port, room) or vLLM's connector params as a JSON object; None outside PD mode
     bootstrap: tuple[str, int, int] | None = None
     kv_transfer_params_json: str | None = None
+    # the engine's id of the LoRA adapter the request names (SGLang's lora_id); None: the base
+    lora_id: str | None = None
+    # the data-parallel rank the request is for (`--dp-aware`); None: the engine picks
+    dp_rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from smg import errors
+from smg.core.dp import engine_url
 from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline.policies.base import Policy, RouteRequest
 
@@ -46,8 +47,9 @@ def parse_prefill(entry: str) -> tuple[str, int | None]:
 
 
 def bootstrap_host(url: str) -> str:
-    """The host part of a worker URL (IPv6 without brackets, as SGLang expects)."""
-    host = urlsplit(url).hostname
+    """The host part of a worker URL (IPv6 without brackets, as SGLang expects); a rank
+    worker's (`url@rank`) is its engine's."""
+    host = urlsplit(engine_url(url)).hostname
     if not host:
         raise ValueError(f"worker URL has no host: {url!r}")
     return host

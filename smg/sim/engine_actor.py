@@ -27,6 +27,7 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -60,6 +61,10 @@ class GrpcSimConfig:
     tls_cert_path: str | None = None  # serve gRPC over TLS with this certificate and key
     tls_key_path: str | None = None
     tls_client_ca_path: str | None = None  # require client certificates signed by this CA
+    # SGLang: LoRA adapter names served besides the model (ListLoadedLoRAAdapters lists each
+    # with the id `lora_id_of(name)`; Generate takes that id in `lora_id`)
+    adapters: tuple[str, ...] = ()
+    dp_size: int = 1  # data-parallel ranks reported (vLLM data_parallel_size, SGLang dp_size)
 
 
 @dataclass(slots=True)
@@ -73,8 +78,12 @@ class EngineStats:
     in_flight: int = 0
     pd_requests: int = 0  # Generate calls carrying a bootstrap room or KV-transfer params
     last_bootstrap_port: int = 0  # SGLang PD decode: the prefill bootstrap port last named
+    embed_requests: int = 0  # Embed calls answered (one per embedded input)
+    lora_requests: int = 0  # Generate calls naming a loaded adapter (SGLang lora_id)
+    # requests (Generate and Embed) per data-parallel rank they named ("-1": none)
+    dp_ranks: dict[str, int] = field(default_factory=dict)
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 

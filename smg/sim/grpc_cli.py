@@ -40,6 +40,7 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("tls-cert-path", str, "Serve gRPC over TLS (grpcs://) with this certificate (PEM)"),
     ("tls-key-path", str, "Private key (PEM) of --tls-cert-path"),
     ("tls-client-ca-path", str, "Require client certificates signed by this CA (mutual TLS)"),
+    ("dp-size", int, "Data-parallel ranks the engine reports and accepts (default 1)"),
 )
 _CORE_FLAGS = {
     "prefill_tokens_per_s": "prefill_tokens_per_s",
@@ -83,7 +84,7 @@ def _arg(ns: argparse.Namespace, name: str) -> Any:
 
 _PLAIN_FLAGS = (
     "host", "port", "runtime", "model", "seed", "context_length", "chunk_tokens", "role",
-    "bootstrap_port", "tls_cert_path", "tls_key_path", "tls_client_ca_path",
+    "bootstrap_port", "tls_cert_path", "tls_key_path", "tls_client_ca_path", "dp_size",
 )  # fmt: skip
 
 
@@ -105,6 +106,7 @@ def config_from_args(ns: argparse.Namespace) -> GrpcSimConfig:
         corrupt_tokenizer_sha=bool(_arg(ns, "corrupt_tokenizer_sha")),
         tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None,
         stats_port=_arg(ns, "stats_port") or 0,
+        adapters=tuple(_arg(ns, "adapters") or ()),  # the HTTP sim's --adapters (SGLang only)
     )
 
 

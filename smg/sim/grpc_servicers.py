@@ -23,9 +23,18 @@ from smg_grpc_proto.generated import vllm_engine_pb2_grpc as vll_grpc
 from smg.sim.engine_actor import GenParams, SimEngine
 from smg.sim.engine_core import CapacityError
 from smg.sim.grpc_wire import Wire, answer, parse_sglang, parse_vllm
+from smg.sim.text import EMBED_DIMS, embedding, fingerprint
 from smg.sim.tokenizer_files import tokenizer_zip
 
 SIM_VERSION = "0.1.0-smg-sim"
+
+
+def lora_id_of(name: str) -> str:
+    """The id the sim loaded adapter `name` under (an id unlike the name, as a caller-minted one
+    is: a gateway that sent the name would be refused)."""
+    return f"lora-{name}-id"
+
+
 STATS_METADATA_KEY = "x-smg-sim-stats"
 TOKENIZER_CHUNK_BYTES = 512 * 1024
 
@@ -49,11 +58,28 @@ class _Common:
     def _pd_complete(self, request: Any, msg: Any) -> None:
         """Add what this role's final message carries in PD mode (vLLM prefill: KV params)."""
 
+    def _lora(self, request: Any) -> None:
+        """Check the adapter a Generate names (SGLang's lora_id); vLLM's contract names none."""
+
+    def _note_rank(self, request: Any) -> None:
+        """Count the request under the data-parallel rank it names (-1: none); a rank the engine
+        does not have is refused, as a real engine would."""
+        try:
+            rank = request.data_parallel_rank if request.HasField("data_parallel_rank") else -1
+        except ValueError:  # a field without presence (SGLang's Embed), or none (vLLM's Embed)
+            rank = getattr(request, "data_parallel_rank", -1)
+        if rank >= self.engine.cfg.dp_size:
+            raise ValueError(f"data_parallel_rank {rank} >= dp size {self.engine.cfg.dp_size}")
+        ranks = self.engine.stats.dp_ranks
+        ranks[str(rank)] = ranks.get(str(rank), 0) + 1
+
     async def Generate(self, request: Any, context: Any) -> AsyncIterator[Any]:
         engine = self.engine
         try:
             if self._pd_fields(request):
                 engine.stats.pd_requests += 1
+            self._note_rank(request)
+            self._lora(request)
             prompt, params = self._parse(request)
             job = await engine.start(request.request_id, prompt, params)
         except ValueError as exc:
@@ -71,6 +97,26 @@ class _Common:
                 yield msg
         finally:
             engine.end(job)
+
+    async def Embed(self, request: Any, context: Any) -> Any:
+        """A unit vector of EMBED_DIMS floats that depends only on the seed and the token ids
+        (the HTTP sim's vector for the same ids)."""
+        engine = self.engine
+        ids = list(request.tokenized.input_ids)
+        try:
+            self._note_rank(request)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if not ids or len(ids) > engine.cfg.context_length:
+            engine.stats.rejected += 1
+            what = "no input tokens" if not ids else f"{len(ids)} tokens exceed the context"
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, what)
+        engine.stats.embed_requests += 1
+        key = fingerprint((",".join(map(str, ids)),))[0]
+        vec = embedding(engine.cfg.seed, key, EMBED_DIMS)
+        return self.wire.pb.EmbedResponse(
+            embedding=vec, prompt_tokens=len(ids), embedding_dim=len(vec)
+        )
 
     async def HealthCheck(self, request: Any, context: Any) -> Any:
         return self.wire.pb.HealthCheckResponse(healthy=True, message=self.health_message)
@@ -201,7 +247,7 @@ class VllmServicer(_Common, vll_grpc.VllmEngineServicer):
             server_type="vllm-grpc",
             kv_connector="" if engine.cfg.role == "regular" else "NixlConnector",
             kv_role={"prefill": "kv_producer", "decode": "kv_consumer"}.get(engine.cfg.role, ""),
-            data_parallel_size=1,
+            data_parallel_size=engine.cfg.dp_size,
             kv_cache_dtype="auto",
             block_size=engine.cfg.core.block_size,
             model_dtype="torch.bfloat16",
@@ -236,6 +282,25 @@ class SglangServicer(_Common, sgl_grpc.SglangSchedulerServicer):
             self.engine.stats.last_bootstrap_port = dp.bootstrap_port
         return has
 
+    def _lora(self, request: Any) -> None:
+        if not request.lora_id:
+            return
+        if request.lora_id not in {lora_id_of(a) for a in self.engine.cfg.adapters}:
+            raise ValueError(f"LoRA adapter {request.lora_id!r} is not loaded")
+        self.engine.stats.lora_requests += 1
+
+    async def ListLoadedLoRAAdapters(
+        self, request: Any, context: Any
+    ) -> sgl.ListLoadedLoRAAdaptersResponse:
+        return sgl.ListLoadedLoRAAdaptersResponse(
+            loaded_adapters=[
+                sgl.LoadedLoRAAdapter(
+                    lora_id=lora_id_of(a), lora_name=a, lora_path=f"/adapters/{a}"
+                )
+                for a in self.engine.cfg.adapters
+            ]
+        )
+
     async def Abort(self, request: sgl.AbortRequest, context: Any) -> sgl.AbortResponse:
         found = self.engine.abort([request.request_id])
         verdict = "aborted" if found else "not found"
@@ -258,7 +323,7 @@ class SglangServicer(_Common, sgl_grpc.SglangSchedulerServicer):
             "model_path": cfg.model, "served_model_name": cfg.model,
             "tokenizer_path": str(engine.vocab.directory), "context_length": cfg.context_length,
             "max_running_requests": cfg.core.max_batch, "page_size": cfg.core.block_size,
-            "random_seed": cfg.seed, "sim": True,
+            "random_seed": cfg.seed, "sim": True, "dp_size": cfg.dp_size,
             "disaggregation_mode": "null" if cfg.role == "regular" else cfg.role,
             "disaggregation_bootstrap_port": cfg.bootstrap_port,
         })  # fmt: skip

@@ -36,6 +36,7 @@ from smg.config import SimConfig
 from smg.errors import ApiError, invalid_request, missing_field
 from smg.sim import chat_script as scripted
 from smg.sim import http_native as native
+from smg.sim import scoring
 from smg.sim.chat_script import scripted_reply
 from smg.sim.http_wire import (
     CHAT_END,
@@ -54,12 +55,11 @@ from smg.sim.http_wire import (
 )
 from smg.sim.plan import CONTEXT_LENGTH, Plan, int_field, plan_request, prompt_keys
 from smg.sim.script import Script, parse_script
-from smg.sim.text import TextGen, embedding, spans
+from smg.sim.text import EMBED_DIMS, TextGen, embedding, spans
 
 Sleep = Callable[[float], Awaitable[None]]
 
 SIM_VERSION = "0.1.0-smg-sim"
-EMBED_DIMS = 8
 MAX_EMBED_DIMS = 4096
 _BATCH_TOKENS = 64  # stream chunks per write when there is no decode delay
 
@@ -125,6 +125,12 @@ class SimWorker:
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
         return await self._hot(request, "embed")
 
+    async def rerank(self, request: web.Request) -> web.StreamResponse:
+        return await self._hot(request, "rerank")
+
+    async def classify(self, request: web.Request) -> web.StreamResponse:
+        return await self._hot(request, "classify")
+
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """SGLang's native /generate (its shapes: http_native.py)."""
         return await self._hot(request, "native")
@@ -138,6 +144,8 @@ class SimWorker:
             body = await read_object(request)
             if kind == "embed":
                 return await self._embed(body, beh)
+            if kind in ("rerank", "classify"):
+                return self._score(body, beh, kind)
             if kind == "native":
                 return await self._native(request, native.completion_body(body), beh)
             return await self._generate(request, body, beh, kind == "chat")
@@ -146,6 +154,18 @@ class SimWorker:
             return error_response(err)
         finally:
             st.in_flight -= 1
+
+    def _score(self, body: dict[str, Any], beh: Behaviour, kind: str) -> web.Response:
+        """/v1/rerank (SGLang's bare list of results) and /v1/classify (vLLM's body)."""
+        seed = self.cfg.seed
+        if kind == "rerank":
+            answer: Any = scoring.rerank_results(seed, body)
+        else:
+            rid, created = self._new_id("classify"), int(time.time())
+            answer = scoring.classify_body(seed, body, self.cfg.model, rid, created)
+        self._check_failure(beh)
+        self.stats.completed += 1
+        return json_response(answer)
 
     def _check_failure(self, beh: Behaviour) -> None:
         if beh.status_override is not None:

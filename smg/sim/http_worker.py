@@ -27,6 +27,8 @@ def build_app(cfg: SimConfig, *, clock_sleep: Sleep = asyncio.sleep) -> web.Appl
     add("POST", "/v1/chat/completions", worker.chat)
     add("POST", "/v1/completions", worker.completions)
     add("POST", "/v1/embeddings", worker.embeddings)
+    add("POST", "/v1/rerank", worker.rerank)
+    add("POST", "/v1/classify", worker.classify)
     add("POST", "/generate", worker.generate)
     add("GET", "/health", worker.health)
     add("GET", "/health_generate", worker.health)

@@ -126,6 +126,9 @@ def spans(offset: int, start: int, count: int) -> list[tuple[int, int]]:
     return out
 
 
+EMBED_DIMS = 8  # the sim's embedding size (HTTP: unless the request asks `dimensions`)
+
+
 def embedding(seed: int, key: int, dims: int) -> list[float]:
     """A unit vector of `dims` floats that depends only on (seed, key), e.g. a `fingerprint`."""
     salt = (seed & _MASK64).to_bytes(8, "little")

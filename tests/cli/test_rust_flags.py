@@ -86,27 +86,35 @@ def test_the_not_yet_table_is_honest() -> None:
         assert flag in rust
     # the table shrinks as issues land: keep these two in step with it (212 in all)
     served = [names for names, _ in OPTIONS if not NOT_YET_FLAGS.keys() & set(names)]
-    assert (len(served), len(NOT_YET)) == (100, 112)
+    assert (len(served), len(NOT_YET)) == (101, 111)
 
 
 def test_a_dstack_style_command_line_names_the_unsupported_flag(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = [
-        "--dp-aware",
+        "--dp-minimum-tokens-scheduler",
         "--host", "0.0.0.0", "--port", "8000",
         "--history-backend", "postgres", "--postgres-db-url", "postgresql://u:p@db:5432/smg",
         "--policy", "cache_aware", "--log-level", "info",
     ]  # fmt: skip
     err = refusal(argv, capsys)
-    assert err == "smg launch: error: --dp-aware is not supported yet\n"
+    assert err == "smg launch: error: --dp-minimum-tokens-scheduler is not supported yet\n"
     assert "unrecognized" not in err and "postgresql://" not in err
 
 
 def test_several_unsupported_flags_are_all_named(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--dp-aware", "--port", "1", "--model-id-from", "a", "--sticky-sessions", "--dp-aware"]
+    argv = [
+        "--dp-minimum-tokens-scheduler",
+        "--port",
+        "1",
+        "--model-id-from",
+        "a",
+        "--sticky-sessions",
+        "--dp-minimum-tokens-scheduler",
+    ]
     assert refusal(argv, capsys) == (
-        "smg launch: error: --dp-aware is not supported yet "
+        "smg launch: error: --dp-minimum-tokens-scheduler is not supported yet "
         "(nor --model-id-from, --sticky-sessions)\n"
     )
 
@@ -136,7 +144,7 @@ def test_node_refuses_them_too(capsys: pytest.CaptureFixture[str]) -> None:
     "argv",
     [
         # a switch takes no value: the next flag still parses
-        ["--dp-aware", "--port", "5"],
+        ["--dp-minimum-tokens-scheduler", "--port", "5"],
         # one value, also in the --flag=value form, even when it looks like a negative number
         ["--job-queue-capacity=7", "--port", "5"],
         ["--rl-fanout-concurrency", "-1", "--port", "5"],
@@ -160,7 +168,10 @@ def test_unsupported_flags_consume_their_values_as_the_rust_parser(
 @pytest.mark.parametrize(
     ("argv", "error"),
     [
-        (["--dp-aware=yes"], "ignored explicit argument 'yes'"),  # a switch takes no value
+        (
+            ["--dp-minimum-tokens-scheduler=yes"],
+            "ignored explicit argument 'yes'",
+        ),  # a switch takes no value
         (["--oracle-password"], "expected one argument"),
         (["--selector"], "expected at least one argument"),
         (["--job-queue-capacity", "many"], "invalid int value: 'many'"),
@@ -264,7 +275,7 @@ def test_help_lists_the_unsupported_flags_after_the_served_ones(
     assert "--history-backend oracle;" in listed and "--policy passthrough;" in listed
     assert "--tool-call-parser deepseek32, deepseek_v4," in listed
     # hidden from the usage line and the served options: listed once, in their sections
-    assert flat.count("--dp-aware") == 1
+    assert flat.count("--dp-minimum-tokens-scheduler") == 1
 
 
 def rust_defaults() -> dict[str, str]:
@@ -379,16 +390,20 @@ def test_the_entry_point_refuses_a_dstack_command_line(capsys: pytest.CaptureFix
     from smg.cli import main
 
     with pytest.raises(SystemExit) as info:
-        main(["--dp-aware", "--history-backend", "postgres", "--port", "8000"])
+        main(["--dp-minimum-tokens-scheduler", "--history-backend", "postgres", "--port", "8000"])
     assert info.value.code == 2
-    assert capsys.readouterr().err == "smg launch: error: --dp-aware is not supported yet\n"
+    assert (
+        capsys.readouterr().err
+        == "smg launch: error: --dp-minimum-tokens-scheduler is not supported yet\n"
+    )
 
 
 def test_the_flag_table_for_the_closing_note() -> None:
     from cli.flag_table import flag_table
 
     rows = flag_table()
-    assert len(rows) == 2 + 212 + 1 and rows[-1].endswith("100 of 212 served, 112 not yet.")
+    assert len(rows) == 2 + 212 + 1 and rows[-1].endswith("101 of 212 served, 111 not yet.")
     assert "| `--enable-igw` | served |" in rows
-    assert "| `--dp-aware` | not yet (issue 13) |" in rows
+    assert "| `--dp-aware` | served |" in rows
+    assert "| `--dp-minimum-tokens-scheduler` | not yet (no issue) |" in rows
     assert "| `--cache-threshold`, `--cache-match-threshold` | served |" in rows

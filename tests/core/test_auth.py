@@ -59,7 +59,8 @@ PUBLIC, DATA, ADMIN, METRICS = (
         ("/health", PUBLIC), ("/liveness", PUBLIC), ("/readiness", PUBLIC),
         ("/v1/chat/completions", DATA), ("/v1/completions", DATA), ("/v1/embeddings", DATA),
         ("/v1/models", DATA), ("/v1/tokenize", DATA), ("/v1/detokenize", DATA),
-        ("/v1/responses", DATA), ("/generate", DATA),
+        ("/v1/responses", DATA), ("/generate", DATA), ("/rerank", DATA), ("/v1/rerank", DATA),
+        ("/v1/classify", DATA),
         ("/workers", ADMIN), ("/workers/{worker_id}", ADMIN), ("/get_loads", ADMIN),
         ("/flush_cache", ADMIN), ("/parse/reasoning", ADMIN), ("/parse/function_call", ADMIN),
         ("/mesh/status", ADMIN), ("/mesh/faults", ADMIN), ("/v1/tokenizers", ADMIN),
@@ -73,7 +74,8 @@ def test_route_classes(path: str, cls: RouteClass) -> None:
 
 EXPECTED_ROUTES = {
     "/v1/chat/completions": DATA, "/v1/completions": DATA, "/v1/embeddings": DATA,
-    "/generate": DATA, "/v1/tokenize": DATA, "/v1/detokenize": DATA, "/v1/models": DATA,
+    "/generate": DATA, "/rerank": DATA, "/v1/rerank": DATA, "/v1/classify": DATA,
+    "/v1/tokenize": DATA, "/v1/detokenize": DATA, "/v1/models": DATA,
     "/v1/responses": DATA, "/v1/responses/{id}": DATA, "/v1/responses/{id}/input_items": DATA,
     "/v1/responses/{id}/cancel": DATA, "/v1/messages": DATA, "/v1/messages/count_tokens": DATA,
     "/v1/conversations": DATA, "/v1/conversations/{id}": DATA,

@@ -277,7 +277,8 @@ async def test_client_cancel_is_counted(vocab: Vocab, runtime: str) -> None:
         assert sim.engine.stats.snapshot() == {
             "requests": 1, "completed": 0, "aborted": 0, "abort_requests": 0,
             "cancelled": 1, "rejected": 0, "in_flight": 0, "pd_requests": 0,
-            "last_bootstrap_port": 0,
+            "last_bootstrap_port": 0, "embed_requests": 0, "lora_requests": 0,
+            "dp_ranks": {"-1": 1},
         }  # fmt: skip
         assert sim.engine.load().running == 0
 

@@ -67,7 +67,7 @@ from smg.pipeline.backends.grpc_errors import (
 )
 from smg.pipeline.backends.grpc_lean import LeanChannel
 from smg.pipeline.backends.grpc_replies import ResponseNormaliser, loads_from, model_info_from
-from smg.pipeline.backends.grpc_requests import build_aborts, build_generate
+from smg.pipeline.backends.grpc_requests import build_aborts, build_embed, build_generate
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineEvent, EngineModelInfo, EngineRequest
 from smg.tls import WorkerTls
@@ -125,6 +125,7 @@ class EngineClient:
         self._max_response_bytes = max_response_bytes  # per lean Generate call (None: none)
         self._generate_path = f"/{SERVICE_NAMES[runtime]}/Generate"
         self._parse_response = self._pb.GenerateResponse.FromString
+        self.lora_ids: dict[str, str] = {}  # adapter name -> its engine id (lora_adapters)
 
     @classmethod
     async def connect(
@@ -346,6 +347,20 @@ class EngineClient:
         for message in build_aborts(self.runtime, list(request_ids), reason):
             await self._unary(self._probe.Abort, message, self.abort_timeout_s)
 
+    async def embed(
+        self,
+        request_id: str,
+        input_ids: Sequence[int],
+        text: str,
+        timeout_s: float,
+        dp_rank: int | None = None,
+    ) -> tuple[list[float], int]:
+        """One Embed call on the data channel: (the vector, the prompt tokens the engine
+        counted). Raises like the control calls (`UpstreamError`, `EngineError`)."""
+        message = build_embed(self.runtime, request_id, input_ids, text, dp_rank)
+        reply = await self._unary(self._data.Embed, message, timeout_s)
+        return list(reply.embedding), int(reply.prompt_tokens) or len(input_ids)
+
     # --- control plane -------------------------------------------------------------------------
 
     async def health(self, timeout_s: float | None = None) -> bool:
@@ -385,6 +400,37 @@ class EngineClient:
             except (UpstreamError, EngineError) as exc:
                 log.debug("server_info_unavailable", url=self.url, error=str(exc))
         return model_info_from(self.runtime, info, server)
+
+    async def dp_size(self, timeout_s: float | None = None) -> int:
+        """The engine's data-parallel ranks: vLLM's `data_parallel_size`, SGLang's server arg
+        `dp_size` (1 when it reports none)."""
+        reply = await self._unary(
+            self._probe.GetServerInfo, self._pb.GetServerInfoRequest(), timeout_s
+        )
+        if self.runtime == VLLM:
+            return max(1, int(reply.data_parallel_size))
+        size = json_format.MessageToDict(reply.server_args).get("dp_size")
+        return max(1, int(size)) if isinstance(size, int | float) else 1
+
+    async def lora_adapters(self, timeout_s: float | None = None) -> dict[str, str] | None:
+        """The engine's loaded LoRA adapters, name -> the id requests name them by (SGLang's
+        ListLoadedLoRAAdapters); None when the runtime has no such call (vLLM's contract) or the
+        engine does not implement it. Kept as `lora_ids` for the requests that follow."""
+        if self.runtime != SGLANG:
+            return None
+        try:
+            reply = await self._unary(
+                self._probe.ListLoadedLoRAAdapters,
+                sglang_scheduler_pb2.ListLoadedLoRAAdaptersRequest(),
+                timeout_s,
+            )
+        except EngineError as exc:
+            if exc.status == "UNIMPLEMENTED":
+                return None
+            raise
+        found = {a.lora_name or a.lora_id: a.lora_id or a.lora_name for a in reply.loaded_adapters}
+        self.lora_ids = found
+        return found
 
     async def server_args(self, timeout_s: float | None = None) -> dict[str, Any]:
         """An SGLang engine's `GetServerInfo().server_args` as a dict (PD mode reads a prefill's

@@ -47,6 +47,8 @@ _SHARED = {
     "OutputLogProbs": "token_logprobs:float[] token_ids:uint32[] top_logprobs:TopLogProbs[]",
     "TopLogProbs": "values:float[] token_ids:uint32[]",
     "TokenizedInput": "original_text:string input_ids:uint32[]",
+    "EmbedRequest": "request_id:string tokenized:TokenizedInput",
+    "EmbedResponse": "embedding:float[] prompt_tokens:uint32 embedding_dim:uint32",
     "HealthCheckRequest": "",
     "HealthCheckResponse": "healthy:bool",
     "GetModelInfoRequest": "",
@@ -65,7 +67,8 @@ _PER_RUNTIME = {
     "include_stop_str_in_output:bool logit_bias:map<int32,float> json_schema:string|constraint "
     "regex:string|constraint grammar:string|constraint",
     (VLLM, "GenerateRequest"): "request_id:string tokenized:TokenizedInput|input "
-    "sampling_params:SamplingParams stream:bool kv_transfer_params_json:string?",
+    "sampling_params:SamplingParams stream:bool kv_transfer_params_json:string? "
+    "data_parallel_rank:int32?",
     (VLLM, "GenerateComplete"): "kv_transfer_params_json:string? "
     "kv_transfer_params:KvTransferParams",
     (VLLM, "KvTransferParams"): "remote_host:string remote_port:uint32",
@@ -79,12 +82,18 @@ _PER_RUNTIME = {
     "regex:string|constraint ebnf_grammar:string|constraint",
     (SGLANG, "GenerateRequest"): "request_id:string tokenized:TokenizedInput "
     "sampling_params:SamplingParams return_logprob:bool logprob_start_len:int32 "
-    "top_logprobs_num:int32 stream:bool disaggregated_params:DisaggregatedParams",
+    "top_logprobs_num:int32 stream:bool disaggregated_params:DisaggregatedParams lora_id:string "
+    "data_parallel_rank:int32?",
     (SGLANG, "DisaggregatedParams"): "bootstrap_host:string bootstrap_port:int32 "
     "bootstrap_room:int32",
     (SGLANG, "AbortRequest"): "request_id:string reason:string",
+    (SGLANG, "ListLoadedLoRAAdaptersRequest"): "",
+    (SGLANG, "ListLoadedLoRAAdaptersResponse"): "loaded_adapters:LoadedLoRAAdapter[]",
+    (SGLANG, "LoadedLoRAAdapter"): "lora_id:string lora_name:string",
     (SGLANG, "GetModelInfoResponse"): "max_context_length:int32",
     (SGLANG, "GetServerInfoResponse"): "server_args:Struct",
+    (VLLM, "GetServerInfoResponse"): "data_parallel_size:int32",
+    (SGLANG, "EmbedRequest"): "data_parallel_rank:int32",
     (SGLANG, "GetLoadsRequest"): "include:string[]",
     (VLLM, "GetLoadsRequest"): "",
     ("common", "GetTokenizerRequest"): "",
@@ -93,6 +102,7 @@ _PER_RUNTIME = {
 # The RPCs the adapter calls, on both services (checked by the contract test too).
 USED_METHODS = (
     "Generate",
+    "Embed",
     "HealthCheck",
     "Abort",
     "GetModelInfo",
@@ -100,6 +110,8 @@ USED_METHODS = (
     "GetLoads",
     "GetTokenizer",
 )
+# The RPCs the adapter calls where the runtime has them (SGLang's LoRA adapter list)
+RUNTIME_METHODS = {SGLANG: ("ListLoadedLoRAAdapters",), VLLM: ()}
 USED_FIELDS: dict[tuple[str, str], dict[str, str]] = {
     (runtime, message): _fields(spec)
     for runtime in (VLLM, SGLANG)

@@ -10,6 +10,7 @@ before anything is sent to the client.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ import grpc
 import structlog
 
 from smg import errors
+from smg.core.dp import engine_url, rank_of
 from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper
 from smg.core.snapshots import WorkerSnapshot
@@ -57,12 +59,15 @@ class EnginePool:
         self._lock = asyncio.Lock()
 
     def client(self, url: str) -> EngineClient:
+        """The connected engine of a worker URL (a rank worker's `url@rank`: its engine's)."""
+        url = engine_url(url)
         try:
             return self._clients[url]
         except KeyError:
             raise UpstreamError("connect", f"{url}: not connected yet") from None
 
     async def connect(self, url: str) -> EngineClient:
+        url = engine_url(url)
         client = self._clients.get(url)
         if client is not None:
             return client
@@ -97,17 +102,21 @@ class EnginePool:
 
 class GrpcProber:
     """Health of a gRPC worker: the standard health service (or the engine's HealthCheck); on
-    first success the model is learned from GetModelInfo and its tokenizer made ready."""
+    first success the model is learned from GetModelInfo and its tokenizer made ready. Every
+    check reads the engine's LoRA adapters where it lists them (SGLang): each is routable by its
+    name, as an HTTP worker's /v1/models entries are."""
 
     def __init__(
         self,
         pool: EnginePool,
         ensure_tokenizer: Callable[[str, EngineClient], Awaitable[Any]],
         timeout_s: float,
+        dp_aware: bool = False,
     ) -> None:
         self.pool = pool
         self.ensure_tokenizer = ensure_tokenizer
         self.timeout_s = timeout_s
+        self.dp_aware = dp_aware  # ask each new engine its data-parallel size
 
     async def __call__(self, worker: WorkerSnapshot) -> ProbeResult:
         # Once GetModelInfo named the model, a failure after it (the tokenizer bundle fails its
@@ -118,15 +127,22 @@ class GrpcProber:
             client = await self.pool.connect(worker.url)
             if not await client.health(self.timeout_s):
                 return ProbeResult(ok=False, detail="engine reports not serving")
+            dp_size = None
             if model_id is None:
                 model_id = (await client.model_info()).model_id
+                if self.dp_aware:
+                    dp_size = await client.dp_size(self.timeout_s)
+            loras = await client.lora_adapters(self.timeout_s)  # adapters come and go
         except (UpstreamError, EngineError, grpc.aio.AioRpcError, OSError) as exc:
             return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
         try:
             await self.ensure_tokenizer(model_id, client)
         except Exception as exc:  # a refused bundle, a load timeout, an unreadable tokenizer
             return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
-        return ProbeResult(ok=True, model_id=model_id, runtime=client.runtime)
+        adapters = None if loras is None else tuple(n for n in loras if n != model_id)
+        return ProbeResult(
+            ok=True, model_id=model_id, adapters=adapters, runtime=client.runtime, dp_size=dp_size
+        )
 
 
 class DispatchProber:
@@ -205,13 +221,32 @@ async def start_stream(
         first = []
     except EngineError as exc:
         await agen.aclose()
-        if exc.http_status in (502, 503):  # the engine is unavailable or overloaded: try another
-            raise UpstreamError("connect", str(exc)) from exc
-        if exc.http_status < 500:  # the engine's word on the client's request: it is theirs
-            code = "engine_invalid_request" if exc.http_status == 400 else "engine_error"
-            raise errors.ApiError(exc.http_status, code, f"The engine refused: {exc}") from exc
-        log.warning("engine_refused", url=client.url, engine_id=request.request_id, error=str(exc))
-        raise errors.ApiError(
-            exc.http_status, "engine_error", "The engine refused this request"
-        ) from exc
+        raise refusal(exc, client.url, request.request_id) from exc
     return EngineStream(agen, first)
+
+
+def refusal(exc: EngineError, url: str, engine_id: str) -> Exception:
+    """What the runner gets when an engine refused a request before answering: an
+    `UpstreamError` (try another engine, a breaker failure) when it is unavailable or
+    overloaded, else the client's `ApiError` (the engine's word on the request: no failure of
+    the engine's, so its breaker is not told)."""
+    if exc.http_status in (502, 503):
+        return UpstreamError("connect", str(exc))
+    if exc.http_status < 500:
+        code = "engine_invalid_request" if exc.http_status == 400 else "engine_error"
+        return errors.ApiError(exc.http_status, code, f"The engine refused: {exc}")
+    log.warning("engine_refused", url=url, engine_id=engine_id, error=str(exc))
+    return errors.ApiError(exc.http_status, "engine_error", "The engine refused this request")
+
+
+def request_for(
+    request: EngineRequest, model: str, worker: WorkerSnapshot, client: EngineClient
+) -> EngineRequest:
+    """`request` as `worker`'s engine (`client`) takes it: a request for one of its LoRA
+    adapters (a model that is not the worker's own) names the engine's id of it (`lora_id`, as
+    its last adapter list gave it); a rank worker's (`url@rank`, `--dp-aware`) names its rank."""
+    rank = rank_of(worker.url)
+    if model == worker.model_id and rank is None:
+        return request
+    lora = None if model == worker.model_id else client.lora_ids.get(model, model)
+    return dataclasses.replace(request, lora_id=lora, dp_rank=rank)

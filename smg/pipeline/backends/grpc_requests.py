@@ -22,6 +22,7 @@ How the two runtimes differ on the way in, and what this module does about it:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from smg_grpc_proto.generated import sglang_scheduler_pb2, vllm_engine_pb2
@@ -46,6 +47,8 @@ def build_generate(runtime: str, req: EngineRequest) -> Any:
         )
         if req.kv_transfer_params_json is not None:
             v.kv_transfer_params_json = req.kv_transfer_params_json
+        if req.dp_rank is not None:
+            v.data_parallel_rank = req.dp_rank
         return v
     if runtime == SGLANG:
         g = sglang_scheduler_pb2.GenerateRequest(
@@ -64,6 +67,10 @@ def build_generate(runtime: str, req: EngineRequest) -> Any:
             g.disaggregated_params.bootstrap_host = host
             g.disaggregated_params.bootstrap_port = port
             g.disaggregated_params.bootstrap_room = room
+        if req.lora_id is not None:
+            g.lora_id = req.lora_id
+        if req.dp_rank is not None:
+            g.data_parallel_rank = req.dp_rank
         return g
     raise ValueError(f"unknown runtime {runtime!r}")
 
@@ -144,3 +151,21 @@ def build_aborts(runtime: str, request_ids: list[str], reason: str) -> list[Any]
     if runtime == VLLM:
         return [vllm_engine_pb2.AbortRequest(request_ids=request_ids)]
     return [sglang_scheduler_pb2.AbortRequest(request_id=r, reason=reason) for r in request_ids]
+
+
+def build_embed(
+    runtime: str, request_id: str, input_ids: Sequence[int], text: str, dp_rank: int | None = None
+) -> Any:
+    """The runtime's `EmbedRequest` for one tokenized input (both runtimes take the same three
+    fields; SGLang's other ones, cross-encoder and multimodal, are left unset). The rank goes
+    where the contract has a field for it (SGLang's; vLLM's Embed has none)."""
+    pb: Any = vllm_engine_pb2 if runtime == VLLM else sglang_scheduler_pb2
+    if runtime not in (VLLM, SGLANG):
+        raise ValueError(f"unknown runtime {runtime!r}")
+    message = pb.EmbedRequest(
+        request_id=request_id,
+        tokenized=pb.TokenizedInput(original_text=text, input_ids=input_ids),
+    )
+    if dp_rank is not None and runtime == SGLANG:
+        message.data_parallel_rank = dp_rank
+    return message

@@ -4,6 +4,7 @@ and the requests it builds carry each runtime's encoding of our sampling paramet
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -12,13 +13,19 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from smg.pipeline.backends.grpc_contract import (
     PROTO_MODULES,
+    RUNTIME_METHODS,
     SERVICE_NAMES,
     SGLANG,
     USED_FIELDS,
     USED_METHODS,
     VLLM,
 )
-from smg.pipeline.backends.grpc_requests import build_aborts, build_generate, wrap_int32
+from smg.pipeline.backends.grpc_requests import (
+    build_aborts,
+    build_embed,
+    build_generate,
+    wrap_int32,
+)
 from smg.pipeline.engine_types import EngineRequest, SamplingParams
 
 _SCALARS = {
@@ -76,7 +83,7 @@ def test_used_message_exists(module: str, message: str) -> None:
 def test_services_and_methods(runtime: str) -> None:
     services = PROTO_MODULES[runtime].DESCRIPTOR.services_by_name
     (service,) = [s for s in services.values() if s.full_name == SERVICE_NAMES[runtime]]
-    for method in USED_METHODS:
+    for method in (*USED_METHODS, *RUNTIME_METHODS[runtime]):
         assert method in service.methods_by_name, f"{service.full_name} has no {method}"
     assert service.methods_by_name["Generate"].server_streaming
     assert service.methods_by_name["GetTokenizer"].server_streaming
@@ -201,3 +208,16 @@ def test_aborts() -> None:
 def test_unknown_runtime() -> None:
     with pytest.raises(ValueError):
         build_generate("trtllm", _request())
+
+
+def test_adapter_and_rank_fields() -> None:
+    req = dataclasses.replace(_request(), lora_id="lora-a-id", dp_rank=2)
+    g = build_generate(SGLANG, req)
+    assert (g.lora_id, g.data_parallel_rank) == ("lora-a-id", 2)
+    v = build_generate(VLLM, req)  # vLLM's contract names no adapter
+    assert v.HasField("data_parallel_rank") and v.data_parallel_rank == 2
+    assert not build_generate(VLLM, _request()).HasField("data_parallel_rank")
+    assert build_generate(SGLANG, _request()).lora_id == ""
+    e = build_embed(SGLANG, "r", [1, 2], "hi", 1)
+    assert (e.data_parallel_rank, list(e.tokenized.input_ids)) == (1, [1, 2])
+    assert list(build_embed(VLLM, "r", [3], "", 1).tokenized.input_ids) == [3]

@@ -35,6 +35,7 @@ from smg.pipeline.backends.flush import FlushFailed
 from smg.pipeline.backends.grpc_pool import is_grpc_url
 from smg.pipeline.pd import readiness_gap
 from smg.pipeline.policies.per_model import POLICY_LABEL
+from smg.pipeline.tokenizer_source import worker_tokenizer_problem
 
 _ADMIN_ASK_TIMEOUT_S = 10.0
 _FLUSH_TIMEOUT_S = 30.0  # the whole fan-out; each worker's call has its own, shorter deadline
@@ -70,6 +71,17 @@ def worker_json(w: WorkerSnapshot) -> dict[str, Any]:
         "load": w.counter.active,
         "bootstrap_port": w.bootstrap_port,
     }
+
+
+async def _tokenizer_refusal(url: str, fields: dict[str, Any]) -> web.Response | None:
+    """A gRPC worker naming a tokenizer (or chat template) this machine lacks: 400 at
+    registration, naming it, rather than a worker that never becomes ready."""
+    if not is_grpc_url(url):
+        return None  # HTTP workers template and tokenize themselves
+    problem = await asyncio.to_thread(worker_tokenizer_problem, dict(fields["labels"]))
+    if problem is None:
+        return None
+    return _flat_error(400, "BAD_REQUEST", f"Invalid worker tokenizer: {problem}")
 
 
 class AdminRoutes:
@@ -225,6 +237,8 @@ class AdminRoutes:
             fields = spec_fields(body)
         except BadWorkerBody as exc:
             return _flat_error(400, "BAD_REQUEST", str(exc))
+        if (bad := await _tokenizer_refusal(url, fields)) is not None:
+            return bad
         # the model's policy hint (IGW mode): `policy`, or the Rust gateway's `labels.policy`
         labels = dict(fields["labels"])
         policy = body.get("policy", labels.get(POLICY_LABEL))
@@ -296,6 +310,8 @@ class AdminRoutes:
             changes = spec_fields(body)
         except BadWorkerBody as exc:
             return _flat_error(400, "BAD_REQUEST", str(exc))
+        if (bad := await _tokenizer_refusal(url, changes)) is not None:
+            return bad
         return await self._queued(wid, UpdateWorker(wid, tuple(changes.items())), "update")
 
     async def _id_and_body(self, request: web.Request) -> tuple[str, dict[str, Any]] | web.Response:

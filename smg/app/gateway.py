@@ -79,6 +79,7 @@ from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard
 from smg.pipeline.policies import CacheAwarePolicy
 from smg.pipeline.tokenizer import Tokenizer
+from smg.pipeline.tokenizer_source import worker_tokenizer_problem
 from smg.storage import Storage, StorageError
 from smg.storage.factory import open_storage
 from smg.tls import GatewayTls
@@ -90,6 +91,21 @@ log = structlog.get_logger("smg.gateway")
 # a sender of an endless body holds its connection (and our CPU) that long.
 _LINGER_S = 2.0
 _FLUSH_WORKER_TIMEOUT_S = 10.0  # one worker's /flush_cache (the fan-out has its own limit)
+
+
+def _check_tokenizer_flags(cfg: GatewayConfig) -> None:
+    """`--tokenizer-path` / `--chat-template` must be on this machine (a Hugging Face id in its
+    cache: nothing is downloaded); `--model-path` that is not only warns (HTTP workers need no
+    tokenizer; a gRPC worker of it then fails its probe, naming it)."""
+    tok = cfg.tokenizer
+    flags = {"tokenizer_path": tok.tokenizer_path or "", "chat_template": tok.chat_template or ""}
+    problem = worker_tokenizer_problem(flags)
+    if problem is not None:
+        raise ConfigError(problem)
+    if tok.model_path and not tok.tokenizer_path:
+        problem = worker_tokenizer_problem({"model_path": tok.model_path})
+        if problem is not None:
+            log.warning("model_path_tokenizer_missing", problem=problem)
 
 
 class Gateway:
@@ -109,6 +125,7 @@ class Gateway:
         check_limits(cfg.limits)
         check_storage(cfg.storage)  # e.g. --history-backend postgres without --postgres-db-url
         model_aliases(cfg.routing.model_alias)  # a malformed --model-alias
+        _check_tokenizer_flags(cfg)  # --tokenizer-path naming a folder or id this host lacks
         # an unreadable or malformed MCP servers file stops the start
         path = cfg.mcp.mcp_config_path
         self.mcp_config: McpConfig = load_mcp_config(path) if path else McpConfig()

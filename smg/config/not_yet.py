@@ -122,7 +122,6 @@ NOT_YET: tuple[NotYet, ...] = (
             "--no-worker-auto-recovery",
         ),
     ),
-    NotYet("--disable-tokenizer-autoload", 13, SWITCH),
     NotYet("--parser", None, ONE, choices=("legacy", "symphony")),
     NotYet("--backend", 13, ONE, choices=("sglang", "openai", "anthropic", "vllm", "tokenspeed")),
     NotYet("--zmq-engine-count", 13, ONE, type=int),

@@ -222,8 +222,21 @@ class TokenizerConfig:
         "template). Unset: each gRPC engine's tokenizer is fetched with GetTokenizer.",
         aliases=("--model",),
     )
-    tokenizer_path: str | None = knob(None, "Tokenizer folder; overrides --model-path.")
-    chat_template: str | None = knob(None, "Chat template file overriding the tokenizer's.")
+    tokenizer_path: str | None = knob(
+        None,
+        "Tokenizer folder, or a Hugging Face id (org/name) found in the local Hugging Face cache "
+        "(HF_HOME; never downloaded); overrides --model-path. A worker's `tokenizer_path` label "
+        "overrides both for its model.",
+    )
+    chat_template: str | None = knob(
+        None,
+        "Chat template file overriding the tokenizer's (a worker's `chat_template` overrides it).",
+    )
+    disable_tokenizer_autoload: bool = knob(
+        False,
+        "Never fetch a gRPC engine's tokenizer (GetTokenizer): only --tokenizer-path / "
+        "--model-path and workers' own `tokenizer_path` are loaded.",
+    )
     tokenizer_cache_dir: str | None = knob(
         None, "Where engine tokenizers are cached on disk (default ~/.cache/smg/tokenizers)."
     )

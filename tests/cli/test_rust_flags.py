@@ -16,6 +16,8 @@ import pytest
 from smg.cli import gateway_config_from, parse
 from smg.config.not_yet import NOT_YET, NOT_YET_VALUES
 
+# served / not yet of the 212 flags: the one place to change as flags get served
+SERVED_COUNT, NOT_YET_COUNT = 100, 112
 HELP = Path(__file__).with_name("rust_launch_help.txt").read_text()
 
 
@@ -86,7 +88,7 @@ def test_the_not_yet_table_is_honest() -> None:
         assert flag in rust
     # the table shrinks as issues land: keep these two in step with it (212 in all)
     served = [names for names, _ in OPTIONS if not NOT_YET_FLAGS.keys() & set(names)]
-    assert (len(served), len(NOT_YET)) == (99, 113)
+    assert (len(served), len(NOT_YET)) == (SERVED_COUNT, NOT_YET_COUNT)
 
 
 def test_a_dstack_style_command_line_names_the_unsupported_flag(
@@ -388,7 +390,9 @@ def test_the_flag_table_for_the_closing_note() -> None:
     from cli.flag_table import flag_table
 
     rows = flag_table()
-    assert len(rows) == 2 + 212 + 1 and rows[-1].endswith("99 of 212 served, 113 not yet.")
+    assert len(rows) == 2 + 212 + 1 and rows[-1].endswith(
+        f"{SERVED_COUNT} of 212 served, {NOT_YET_COUNT} not yet."
+    )
     assert "| `--enable-igw` | served |" in rows
     assert "| `--dp-aware` | not yet (issue 13) |" in rows
     assert "| `--cache-threshold`, `--cache-match-threshold` | served |" in rows

@@ -27,13 +27,13 @@ from smg.api.worker_reports import flush_report, loads_report
 from smg.config import POLICIES
 from smg.config.not_yet import NOT_YET_VALUES
 from smg.core.health import HealthStatus
+from smg.core.readiness import readiness
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.core.worker_urls import DeniedWorkerUrl, InvalidWorkerUrl
 from smg.flow.admission import Admission
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.flush import FlushFailed
 from smg.pipeline.backends.grpc_pool import is_grpc_url
-from smg.pipeline.pd import readiness_gap
 from smg.pipeline.policies.per_model import POLICY_LABEL
 from smg.pipeline.tokenizer_source import worker_tokenizer_problem
 
@@ -94,6 +94,7 @@ class AdminRoutes:
         max_payload: int,
         url_guard: AddressGuard,
         pd_mode: bool = False,
+        igw: bool = False,
         flusher: Flusher | None = None,
     ) -> None:
         self.cell = registry_cell
@@ -102,6 +103,7 @@ class AdminRoutes:
         self.max_payload = max_payload
         self.url_guard = url_guard
         self.pd_mode = pd_mode
+        self.igw = igw  # /readiness then reports each model
         self.flusher = flusher
         self.started = int(time.time())
 
@@ -124,20 +126,13 @@ class AdminRoutes:
         return web.Response(text="OK")
 
     async def readiness(self, request: web.Request) -> web.Response:
-        snap = self.cell.value
-        healthy = sum(1 for w in snap.workers if w.healthy)
-        if self.admission.draining:
-            return _json({"status": "not ready", "reason": "draining"}, 503)
-        if self.pd_mode:
-            role = readiness_gap(snap.workers)
-            if role is not None:
-                reason = f"no healthy {role} worker"
-                return _json({"status": "not ready", "reason": reason}, 503)
-        if healthy == 0:
-            return _json({"status": "not ready", "reason": "insufficient healthy workers"}, 503)
-        return _json(
-            {"status": "ready", "healthy_workers": healthy, "total_workers": len(snap.workers)}
+        status, body = readiness(
+            self.cell.value.workers,
+            pd_mode=self.pd_mode,
+            igw=self.igw,
+            draining=self.admission.draining,
         )
+        return _json(body, status)
 
     async def models(self, request: web.Request) -> web.Response:
         data = [

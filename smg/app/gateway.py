@@ -252,6 +252,7 @@ class Gateway:
             max_payload=srv.max_payload_size,
             url_guard=self.url_guard,
             pd_mode=self.cfg.pd.pd_disaggregation,
+            igw=self.cfg.routing.enable_igw,
             flusher=CacheFlusher(self.worker_http, self.engines, _FLUSH_WORKER_TIMEOUT_S),
         ).install(app)
         self.mesh.install(app)

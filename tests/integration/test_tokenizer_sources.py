@@ -55,6 +55,11 @@ def test_per_model_tokenizers_from_the_hf_cache_and_a_model_card(
     r = gw.request("POST", "/workers", {"url": tiny.url, "models": [card]})
     assert r.status == 202, r
     gw.wait_ready(2)
+    r = gw.request("GET", "/readiness")  # IGW mode: each model's readiness
+    assert r.status == 200, r
+    assert r.json()["models"] == {
+        m: {"ready": True, "healthy_workers": 1, "total_workers": 1} for m in ("gamma", "tiny")
+    }
 
     qwen_n = count(qwen3_tokenizer_dir() / "tokenizer.json", TEXT)
     tiny_n = count(tiny_dir / "tokenizer.json", TEXT)

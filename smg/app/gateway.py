@@ -59,6 +59,7 @@ from smg.config import (
     ConfigError,
     GatewayConfig,
     McpConfig,
+    check_health,
     check_limits,
     check_storage,
     effective_max_concurrency,
@@ -123,6 +124,7 @@ class Gateway:
         self.idle = idle_sweeper(cfg)
         self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
         check_limits(cfg.limits)
+        check_health(cfg.health)  # the start-up timeout and check interval above zero
         check_storage(cfg.storage)  # e.g. --history-backend postgres without --postgres-db-url
         model_aliases(cfg.routing.model_alias)  # a malformed --model-alias
         _check_tokenizer_flags(cfg)  # --tokenizer-path naming a folder or id this host lacks

@@ -113,9 +113,6 @@ NOT_YET: tuple[NotYet, ...] = (
     NotYet("--zmq-engine-count", None, ONE, type=int),  # ZMQ (ipc://) engines: none in smg
     NotYet("--enable-wasm", None, SWITCH),
     NotYet("--storage-hook-wasm-path", None, ONE),
-    NotYet("--history-memory-max-responses", 12, ONE, type=int),
-    NotYet("--history-memory-max-items", 12, ONE, type=int),
-    NotYet("--history-memory-retention-secs", 12, ONE, type=int),
     NotYet("--schema-config", None, ONE),
     NotYet("--oracle-wallet-path", None, ONE),
     NotYet("--oracle-tns-alias", None, ONE),

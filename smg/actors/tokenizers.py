@@ -3,7 +3,8 @@
 gRPC engines see only token ids, so a model is servable once its tokenizer is loaded, by the
 first worker of that model to become healthy, from the first of: the worker's own
 `tokenizer_path` (or `model_path`) label, `--tokenizer-path`, `--model-path` (each a folder or a
-Hugging Face id in the local cache: smg.pipeline.tokenizer_source), else the engine itself
+Hugging Face id in the local cache: smg.pipeline.tokenizer_source; a local path that does not
+exist falls through, as in the Rust gateway), else the engine itself
 (GetTokenizer, verified by sha256, cached on disk) unless `--disable-tokenizer-autoload`. The
 chat template: the worker's `chat_template` label, else `--chat-template`, else the tokenizer's.
 Loading runs in a thread; the request path reads the published `{model: Tokenizer}` snapshot.
@@ -25,7 +26,7 @@ from smg.core.snapshots import SnapshotCell
 from smg.pipeline.token_cache import TokenCache, TokenCacheConfig
 from smg.pipeline.tokenizer import Tokenizer
 from smg.pipeline.tokenizer_download import TokenizerSource, fetch_tokenizer
-from smg.pipeline.tokenizer_source import resolve_tokenizer_dir
+from smg.pipeline.tokenizer_source import NoSuchPath, resolve_tokenizer_dir
 
 log = structlog.get_logger("smg.tokenizers")
 
@@ -85,14 +86,21 @@ class TokenizerRegistryActor(Actor):
         cfg = self.cfg
         local = ask.tokenizer_path or cfg.tokenizer_path or cfg.model_path
         template = ask.chat_template or cfg.chat_template
+        path: Path | None = None
+        fetch = ask.source is not None and not cfg.disable_tokenizer_autoload
         if local is not None:
-            path = await asyncio.to_thread(resolve_tokenizer_dir, local)
-        elif ask.source is not None and not cfg.disable_tokenizer_autoload:
+            try:
+                path = await asyncio.to_thread(resolve_tokenizer_dir, local)
+            except NoSuchPath:
+                if not fetch:
+                    raise
+                log.warning("tokenizer_path_missing_using_engine", model=model, path=local)
+        if path is None:
+            if not fetch or ask.source is None:
+                why = " (--disable-tokenizer-autoload)" if cfg.disable_tokenizer_autoload else ""
+                raise NoTokenizer(f"no tokenizer source for model {model!r}{why}")
             root = Path(cfg.tokenizer_cache_dir) if cfg.tokenizer_cache_dir else None
             path = await fetch_tokenizer(ask.source, root)
-        else:
-            why = " (--disable-tokenizer-autoload)" if cfg.disable_tokenizer_autoload else ""
-            raise NoTokenizer(f"no tokenizer source for model {model!r}{why}")
         base = self._by_path.get((path, template))
         if base is None:
             base = await Tokenizer.load_async(

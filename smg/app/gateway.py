@@ -95,9 +95,10 @@ _FLUSH_WORKER_TIMEOUT_S = 10.0  # one worker's /flush_cache (the fan-out has its
 
 
 def _check_tokenizer_flags(cfg: GatewayConfig) -> None:
-    """`--tokenizer-path` / `--chat-template` must be on this machine (a Hugging Face id in its
-    cache: nothing is downloaded); `--model-path` that is not only warns (HTTP workers need no
-    tokenizer; a gRPC worker of it then fails its probe, naming it)."""
+    """`--tokenizer-path` naming a Hugging Face id this machine's cache lacks (nothing is
+    downloaded), or a folder without a tokenizer, and a missing `--chat-template` stop the start;
+    a local path that does not exist is left to the engines' tokenizers, and `--model-path`
+    problems only warn (HTTP workers need no tokenizer), as in the Rust gateway."""
     tok = cfg.tokenizer
     flags = {"tokenizer_path": tok.tokenizer_path or "", "chat_template": tok.chat_template or ""}
     problem = worker_tokenizer_problem(flags)

@@ -1,11 +1,13 @@
 """Where a tokenizer named on the command line or by a worker lives on this machine.
 
-A name is a local folder (or its `tokenizer.json`), else a Hugging Face id (`org/name`) looked
-up in the local Hugging Face cache, offline: `$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
-`$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub` (huggingface_hub's order).
-The cache holds `models--org--name/refs/main` (the revision) and `snapshots/<revision>/` (the
-files). Nothing is ever downloaded: an id not in the cache is `TokenizerNotFound` naming the id
-and the folder looked in. File reads only: no sockets, no clock; the environ is an argument.
+A name is a local folder (or its `tokenizer.json`; a folder must hold one), else a Hugging Face
+id (`org/name`) looked up in the local Hugging Face cache, offline: `$HF_HUB_CACHE`, else
+`$HF_HOME/hub`, else `$XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`
+(huggingface_hub's order). The cache holds `models--org--name/refs/main` (the revision) and
+`snapshots/<revision>/` (the files). Nothing is ever downloaded: an id not in the cache is
+`TokenizerNotFound` naming the id and the folder looked in. A local path that does not exist is
+`NoSuchPath`: as in the Rust gateway, such a model is left to its engine's tokenizer where one
+can be fetched. File reads only: no sockets, no clock; the environ is an argument.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ _TOKENIZER_FILE = "tokenizer.json"
 
 class TokenizerNotFound(LookupError):
     """A tokenizer name that is neither a local path nor an id in the local Hugging Face cache."""
+
+
+class NoSuchPath(TokenizerNotFound):
+    """A name that is a local path (not a Hugging Face id) and does not exist: the Rust gateway
+    leaves such a model to the engine's own tokenizer (GetTokenizer)."""
 
 
 def hf_hub_cache(env: Mapping[str, str]) -> Path:
@@ -51,7 +58,7 @@ def resolve_tokenizer_dir(name: str, env: Mapping[str, str] | None = None) -> Pa
     if path.is_file():
         return path.parent
     if not is_hf_id(name):
-        raise TokenizerNotFound(f"tokenizer {name!r}: no such file or folder")
+        raise NoSuchPath(f"tokenizer {name!r}: no such file or folder")
     return hf_snapshot(name, hf_hub_cache(env))
 
 
@@ -88,6 +95,8 @@ def worker_tokenizer_problem(
     if name:
         try:
             resolve_tokenizer_dir(name, env)
+        except NoSuchPath:
+            pass  # left to the engine's tokenizer
         except TokenizerNotFound as exc:
             return str(exc)
     template = labels.get("chat_template")

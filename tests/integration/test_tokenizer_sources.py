@@ -108,3 +108,15 @@ def test_an_id_missing_from_the_cache_stops_the_start(hf_home: Path) -> None:
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("smg: error: tokenizer 'Org/absent-model' is not a local path")
     assert str(hf_home / "hub" / "models--Org--absent-model") in last
+
+
+def test_a_local_path_that_does_not_exist_is_left_to_the_engine(launch: Launcher) -> None:
+    """The Rust gateway's rule: such a model gets its engine's tokenizer (GetTokenizer)."""
+    engine = launch.engine("gamma")
+    gw = launch.gateway([engine], tokenizer_path=str(launch.tmp / "no" / "such" / "folder"))
+    r = gw.request("POST", "/v1/tokenize", {"model": "gamma", "prompt": TEXT})
+    assert r.status == 200, r
+    assert r.json()["count"] == count(qwen3_tokenizer_dir() / "tokenizer.json", TEXT)
+    log = gw.proc.log_path.read_text()
+    assert "tokenizer_path_missing_using_engine" in log
+    assert str(launch.tmp / "tokenizer-cache") in log  # loaded from the GetTokenizer cache

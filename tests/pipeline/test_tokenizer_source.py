@@ -12,6 +12,7 @@ from support.hf_cache import REVISION, fake_hf_cache
 
 from smg.pipeline.tokenizer import Tokenizer
 from smg.pipeline.tokenizer_source import (
+    NoSuchPath,
     TokenizerNotFound,
     hf_hub_cache,
     is_hf_id,
@@ -65,7 +66,7 @@ def test_local_folders_and_files_win_over_the_cache(tmp_path: Path) -> None:
     assert resolve_tokenizer_dir(str(qwen / "tokenizer.json"), {}) == qwen
     with pytest.raises(TokenizerNotFound, match=r"has no tokenizer\.json"):
         resolve_tokenizer_dir(str(tmp_path), {})
-    with pytest.raises(TokenizerNotFound, match="no such file or folder"):
+    with pytest.raises(NoSuchPath, match="no such file or folder"):
         resolve_tokenizer_dir(str(tmp_path / "nothing" / "here" / "x"), {})
 
 
@@ -98,6 +99,10 @@ def test_worker_labels_are_checked(tmp_path: Path) -> None:
     assert worker_tokenizer_problem({"model_path": QWEN}, env) is None
     problem = worker_tokenizer_problem({"model_path": "Org/absent"}, env)
     assert problem is not None and "Org/absent" in problem
+    # a local path that does not exist is left to the engine's tokenizer (the Rust gateway)
+    assert worker_tokenizer_problem({"tokenizer_path": str(tmp_path / "no" / "dir")}, env) is None
+    problem = worker_tokenizer_problem({"tokenizer_path": str(tmp_path)}, env)
+    assert problem is not None and "has no tokenizer.json" in problem
     template = tmp_path / "t.jinja"
     assert worker_tokenizer_problem({"chat_template": str(template)}, env) == (
         f"chat template {str(template)!r}: no such file"

@@ -7,7 +7,8 @@ transitions it shows into events for the rest of the gateway.
 
 Start-up and removal, as the Rust gateway: the first check waits `--worker-startup-delay`; a
 worker not ready `--worker-startup-timeout-secs` after it was added asks the registry to remove
-it (its registration failed), and so does one marked failed under `--remove-unhealthy-workers`.
+it (its registration failed), and so does one marked failed under `--remove-unhealthy-workers`
+(not a worker imported from the mesh: its removal would reach every node; its owner decides).
 With `--disable-health-check` a worker is checked only until its first good check.
 """
 
@@ -50,9 +51,12 @@ class WorkerActor(Actor):
         prober: Prober,
         health_cfg: HealthConfig,
         breaker_cfg: CircuitBreakerConfig,
+        may_remove_itself: bool = True,
     ) -> None:
         super().__init__()
         self.snapshot = initial
+        # False for a worker imported from the mesh: its owner node removes it, for everyone
+        self.may_remove_itself = may_remove_itself
         self.registry = registry
         self.prober = prober
         self.health_cfg = health_cfg
@@ -158,7 +162,9 @@ class WorkerActor(Actor):
         failed under --remove-unhealthy-workers. Once; no more checks then."""
         cfg = self.health_cfg
         why = None
-        if not self.health.ever_ready and now - self._added_at >= cfg.worker_startup_timeout_secs:
+        if not self.may_remove_itself:
+            pass
+        elif not self.health.ever_ready and now - self._added_at >= cfg.worker_startup_timeout_secs:
             why = f"not ready {cfg.worker_startup_timeout_secs:g} s after it was added"
         elif changed is HealthStatus.FAILED and cfg.remove_unhealthy_workers:
             why = "failed (--remove-unhealthy-workers)"

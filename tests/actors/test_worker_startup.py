@@ -156,3 +156,12 @@ def test_startup_values_the_rust_gateway_refuses_stop_the_start() -> None:
     ):
         with pytest.raises(ConfigError, match=flag):
             check_health(HealthConfig(**bad))
+
+
+async def test_a_worker_imported_from_the_mesh_is_left_to_its_owner() -> None:
+    """Its removal would reach every node: the node that registered it decides."""
+    cfg = HealthConfig(**BASE, worker_startup_timeout_secs=5.0, remove_unhealthy_workers=True)
+    async with Fleet(cfg, ok=False) as f:
+        snap = await f.registry.ask(AddWorker("http://w:1", imported=True), 1.0)
+        await f.clock.advance(400.0)
+        assert f.health(snap.worker_id) is HealthStatus.FAILED

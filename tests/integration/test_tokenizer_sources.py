@@ -2,8 +2,9 @@
 
 `--tokenizer-path Qwen/Qwen3-0.6B` is found offline in a Hugging Face cache laid out under
 HF_HOME (nothing downloaded); a worker registered with a model card naming its own tokenizer
-folder gets that one; with `--disable-tokenizer-autoload` no engine is asked (GetTokenizer). The
-engines here serve different tokenizers, so each model's token counts show which was loaded.
+folder and chat template gets those; with `--disable-tokenizer-autoload` no engine is asked
+(GetTokenizer). The engines serve different tokenizers: each model's token counts show which one
+was loaded.
 An id the cache lacks stops the start (exit 2), or refuses the worker's registration (400),
 naming the id and where it was looked for.
 """
@@ -51,7 +52,9 @@ def test_per_model_tokenizers_from_the_hf_cache_and_a_model_card(
     gw = launch.gateway(
         [gamma], enable_igw=True, tokenizer_path=QWEN, disable_tokenizer_autoload=True
     )
-    card = {"id": "tiny", "tokenizer_path": str(tiny_dir)}
+    template = launch.tmp / "tiny.jinja"
+    template.write_text("{% for m in messages %}<<{{ m.content }}>>{% endfor %}")
+    card = {"id": "tiny", "tokenizer_path": str(tiny_dir), "chat_template": str(template)}
     r = gw.request("POST", "/workers", {"url": tiny.url, "models": [card]})
     assert r.status == 202, r
     gw.wait_ready(2)
@@ -74,6 +77,13 @@ def test_per_model_tokenizers_from_the_hf_cache_and_a_model_card(
             assert chat.choices[0].message.content
     log = gw.proc.log_path.read_text()
     assert "tokenizer_loaded" in log and str(hf_home / "hub") in log
+    # the card's chat template is tiny's; gamma keeps its tokenizer's own (Qwen3's)
+    chat = {"messages": [{"role": "user", "content": TEXT}], "add_generation_prompt": False}
+    r = gw.request("POST", "/v1/tokenize", {"model": "tiny", **chat})
+    assert r.status == 200, r
+    assert r.json()["count"] == count(tiny_dir / "tokenizer.json", f"<<{TEXT}>>")
+    r = gw.request("POST", "/v1/tokenize", {"model": "gamma", **chat})
+    assert r.status == 200 and r.json()["count"] > qwen_n + 4, r  # <|im_start|>user ... <|im_end|>
 
     # a gRPC worker naming a tokenizer this host lacks is refused at registration
     other = launch.engine("other")

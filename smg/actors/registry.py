@@ -135,6 +135,7 @@ class RegistryActor(Actor):
                 prober=self.prober,
                 health_cfg=self.health_cfg,
                 breaker_cfg=self.breaker_cfg,
+                may_remove_itself=not msg.imported,  # the mesh owner decides on its workers
             )
 
         self.refs[worker_id] = await self.workers_sup.start_child(

@@ -1,13 +1,18 @@
 """TokenizerRegistryActor: which tokenizer (and chat template) serves which model.
 
-gRPC engines see only token ids, so a model is servable once its tokenizer is loaded: from
-`--tokenizer-path`/`--model-path` when given, else fetched from the engine (GetTokenizer, verified
-by sha256, cached on disk) by the first worker of that model to register. Loading runs in a
-thread; the request path reads the published `{model: Tokenizer}` snapshot.
+gRPC engines see only token ids, so a model is servable once its tokenizer is loaded, by the
+first worker of that model to become healthy, from the first of: the worker's own
+`tokenizer_path` (or `model_path`) label, `--tokenizer-path`, `--model-path` (each a folder or a
+Hugging Face id in the local cache: smg.pipeline.tokenizer_source; a local path that does not
+exist falls through, as in the Rust gateway), else the engine itself
+(GetTokenizer, verified by sha256, cached on disk) unless `--disable-tokenizer-autoload`. The
+chat template: the worker's `chat_template` label, else `--chat-template`, else the tokenizer's.
+Loading runs in a thread; the request path reads the published `{model: Tokenizer}` snapshot.
 """
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +26,7 @@ from smg.core.snapshots import SnapshotCell
 from smg.pipeline.token_cache import TokenCache, TokenCacheConfig
 from smg.pipeline.tokenizer import Tokenizer
 from smg.pipeline.tokenizer_download import TokenizerSource, fetch_tokenizer
+from smg.pipeline.tokenizer_source import NoSuchPath, resolve_tokenizer_dir
 
 log = structlog.get_logger("smg.tokenizers")
 
@@ -29,6 +35,12 @@ log = structlog.get_logger("smg.tokenizers")
 class EnsureTokenizer:
     model_id: str
     source: TokenizerSource | None = None  # the engine to fetch from when no local path is set
+    tokenizer_path: str | None = None  # the worker's own (a folder or a Hugging Face id)
+    chat_template: str | None = None  # the worker's own template file
+
+
+class NoTokenizer(LookupError):
+    """A model with no tokenizer to load: no local path and the engine may not be asked."""
 
 
 def cache_config(cfg: TokenizerConfig) -> TokenCacheConfig:
@@ -52,7 +64,7 @@ class TokenizerRegistryActor(Actor):
         self.cell = cell
         self.cfg = cfg
         self.executor = executor
-        self._by_path: dict[Path, Tokenizer] = {}
+        self._by_path: dict[tuple[Path, str | None], Tokenizer] = {}
 
     async def on_stop(self) -> None:
         for base in self._by_path.values():
@@ -61,31 +73,42 @@ class TokenizerRegistryActor(Actor):
 
     async def handle(self, message: Any) -> Any:
         match message:
-            case EnsureTokenizer(model_id=model, source=source):
-                return await self._ensure(model, source)
+            case EnsureTokenizer() as ask:
+                return await self._ensure(ask)
             case _:
                 raise TypeError(f"TokenizerRegistryActor: unexpected message {message!r}")
 
-    async def _ensure(self, model: str, source: TokenizerSource | None) -> Tokenizer:
+    async def _ensure(self, ask: EnsureTokenizer) -> Tokenizer:
+        model = ask.model_id
         current = self.cell.value.get(model)
         if current is not None:
             return current
-        local = self.cfg.tokenizer_path or self.cfg.model_path
+        cfg = self.cfg
+        local = ask.tokenizer_path or cfg.tokenizer_path or cfg.model_path
+        template = ask.chat_template or cfg.chat_template
+        path: Path | None = None
+        fetch = ask.source is not None and not cfg.disable_tokenizer_autoload
         if local is not None:
-            path = Path(local)
-        elif source is not None:
-            root = Path(self.cfg.tokenizer_cache_dir) if self.cfg.tokenizer_cache_dir else None
-            path = await fetch_tokenizer(source, root)
-        else:
-            raise LookupError(f"no tokenizer source for model {model!r}")
-        base = self._by_path.get(path)
+            try:
+                path = await asyncio.to_thread(resolve_tokenizer_dir, local)
+            except NoSuchPath:
+                if not fetch:
+                    raise
+                log.warning("tokenizer_path_missing_using_engine", model=model, path=local)
+        if path is None:
+            if not fetch or ask.source is None:
+                why = " (--disable-tokenizer-autoload)" if cfg.disable_tokenizer_autoload else ""
+                raise NoTokenizer(f"no tokenizer source for model {model!r}{why}")
+            root = Path(cfg.tokenizer_cache_dir) if cfg.tokenizer_cache_dir else None
+            path = await fetch_tokenizer(ask.source, root)
+        base = self._by_path.get((path, template))
         if base is None:
             base = await Tokenizer.load_async(
-                path, executor=self.executor, chat_template_override=self.cfg.chat_template
+                path, executor=self.executor, chat_template_override=template
             )
-            self._by_path[path] = base
+            self._by_path[(path, template)] = base
             log.info("tokenizer_loaded", model=model, path=str(path))
-        cache_cfg = cache_config(self.cfg)
+        cache_cfg = cache_config(cfg)
         tok = base.with_cache(TokenCache(cache_cfg) if cache_cfg.enabled else None)
         self.cell.publish({**self.cell.value, model: tok})
         return tok

@@ -4,6 +4,12 @@ Health checks run as tasks the actor owns; their results come back as messages, 
 keeps flowing while a probe waits on the network. The request path reports outcomes with `tell`.
 Every change goes to the registry as a new snapshot (`WorkerChanged`); the registry turns the
 transitions it shows into events for the rest of the gateway.
+
+Start-up and removal, as the Rust gateway: the first check waits `--worker-startup-delay`; a
+worker not ready `--worker-startup-timeout-secs` after it was added asks the registry to remove
+it (its registration failed), and so does one marked failed under `--remove-unhealthy-workers`
+(not a worker imported from the mesh: its removal would reach every node; its owner decides).
+With `--disable-health-check` a worker is checked only until its first good check.
 """
 
 from __future__ import annotations
@@ -14,7 +20,14 @@ from typing import Any, Protocol
 
 import structlog
 
-from smg.actors.messages import BreakerPoll, Outcome, ProbeTick, UpdateWorker, WorkerChanged
+from smg.actors.messages import (
+    BreakerPoll,
+    Outcome,
+    ProbeTick,
+    RemoveWorker,
+    UpdateWorker,
+    WorkerChanged,
+)
 from smg.actors.runtime import Actor, ActorRef
 from smg.clock import TimerHandle
 from smg.config import CircuitBreakerConfig, HealthConfig
@@ -38,9 +51,12 @@ class WorkerActor(Actor):
         prober: Prober,
         health_cfg: HealthConfig,
         breaker_cfg: CircuitBreakerConfig,
+        may_remove_itself: bool = True,
     ) -> None:
         super().__init__()
         self.snapshot = initial
+        # False for a worker imported from the mesh: its owner node removes it, for everyone
+        self.may_remove_itself = may_remove_itself
         self.registry = registry
         self.prober = prober
         self.health_cfg = health_cfg
@@ -48,6 +64,9 @@ class WorkerActor(Actor):
         self.health = WorkerHealth(health_cfg)
         self._probing = False
         self._recheck: TimerHandle | None = None  # the one pending early check
+        self._added_at = 0.0
+        self._not_before = 0.0  # no check before this (the start-up delay)
+        self._leaving = False  # asked the registry to remove it
 
     @property
     def worker_id(self) -> str:
@@ -60,9 +79,17 @@ class WorkerActor(Actor):
     async def on_start(self) -> None:
         self.snapshot = replace(self.snapshot, ref=self.ref)
         self.registry.tell(WorkerChanged(self.snapshot))
-        # First check at once (registration), then every interval.
-        self.ref.tell(ProbeTick())
-        self.every(self.health_cfg.health_check_interval_secs, ProbeTick())
+        # First check at once (or after the start-up delay), then every interval; with health
+        # checks off, only until the first good one (rechecks while it is not ready).
+        cfg = self.health_cfg
+        self._added_at = now = self.clock.now()
+        self._not_before = now + max(0.0, cfg.worker_startup_delay)
+        if cfg.worker_startup_delay > 0:
+            self.tell_later(cfg.worker_startup_delay, ProbeTick())
+        else:
+            self.ref.tell(ProbeTick())
+        if not cfg.disable_health_check:
+            self.every(cfg.health_check_interval_secs, ProbeTick())
 
     async def handle(self, message: Any) -> Any:
         match message:
@@ -76,7 +103,7 @@ class WorkerActor(Actor):
                 else:
                     self._arm_breaker_poll(now)
             case ProbeTick():
-                if not self._probing:
+                if not self._probing and not self._leaving and self._due():
                     self._probing = True
                     self.spawn(self._probe(), name=f"probe:{self.worker_id}")
             case ProbeResult():
@@ -88,6 +115,11 @@ class WorkerActor(Actor):
             case _:
                 raise TypeError(f"WorkerActor: unexpected message {message!r}")
         return None
+
+    def _due(self) -> bool:
+        if self.clock.now() < self._not_before:
+            return False  # a regular tick inside the start-up delay
+        return not (self.health_cfg.disable_health_check and self.health.routable)
 
     async def _probe(self) -> None:
         try:
@@ -117,6 +149,8 @@ class WorkerActor(Actor):
             )
             snap = replace(snap, health=changed)
         self._publish(snap)
+        if self._should_leave(now, changed):
+            return
         # not ready: check again soon (backoff while failing), not a whole interval later
         if self._recheck is not None:
             self._recheck.cancel()
@@ -124,6 +158,24 @@ class WorkerActor(Actor):
         delay = self.health.recheck_in(self.health_cfg.health_check_interval_secs)
         if delay is not None:
             self._recheck = self.tell_later(delay, ProbeTick())
+
+    def _should_leave(self, now: float, changed: HealthStatus | None) -> bool:
+        """Ask the registry to remove this worker: never ready within the start-up timeout, or
+        failed under --remove-unhealthy-workers. Once; no more checks then."""
+        cfg = self.health_cfg
+        why = None
+        if not self.may_remove_itself:
+            pass
+        elif not self.health.ever_ready and now - self._added_at >= cfg.worker_startup_timeout_secs:
+            why = f"not ready {cfg.worker_startup_timeout_secs:g} s after it was added"
+        elif changed is HealthStatus.FAILED and cfg.remove_unhealthy_workers:
+            why = "failed (--remove-unhealthy-workers)"
+        if why is None or self._leaving:
+            return self._leaving
+        self._leaving = True
+        log.warning("worker_removing", worker=self.snapshot.url, reason=why)
+        self.registry.tell(RemoveWorker(self.worker_id))
+        return True
 
     def _on_outcome(self, success: bool) -> None:
         now = self.clock.now()

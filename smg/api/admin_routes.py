@@ -27,14 +27,15 @@ from smg.api.worker_reports import flush_report, loads_report
 from smg.config import POLICIES
 from smg.config.not_yet import NOT_YET_VALUES
 from smg.core.health import HealthStatus
+from smg.core.readiness import readiness
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.core.worker_urls import DeniedWorkerUrl, InvalidWorkerUrl
 from smg.flow.admission import Admission
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.flush import FlushFailed
 from smg.pipeline.backends.grpc_pool import is_grpc_url
-from smg.pipeline.pd import readiness_gap
 from smg.pipeline.policies.per_model import POLICY_LABEL
+from smg.pipeline.tokenizer_source import worker_tokenizer_problem
 
 _ADMIN_ASK_TIMEOUT_S = 10.0
 _FLUSH_TIMEOUT_S = 30.0  # the whole fan-out; each worker's call has its own, shorter deadline
@@ -73,6 +74,17 @@ def worker_json(w: WorkerSnapshot) -> dict[str, Any]:
     }
 
 
+async def _tokenizer_refusal(url: str, fields: dict[str, Any]) -> web.Response | None:
+    """A gRPC worker naming a tokenizer (or chat template) this machine lacks: 400 at
+    registration, naming it, rather than a worker that never becomes ready."""
+    if not is_grpc_url(url):
+        return None  # HTTP workers template and tokenize themselves
+    problem = await asyncio.to_thread(worker_tokenizer_problem, dict(fields["labels"]))
+    if problem is None:
+        return None
+    return _flat_error(400, "BAD_REQUEST", f"Invalid worker tokenizer: {problem}")
+
+
 class AdminRoutes:
     def __init__(
         self,
@@ -83,6 +95,7 @@ class AdminRoutes:
         max_payload: int,
         url_guard: AddressGuard,
         pd_mode: bool = False,
+        igw: bool = False,
         flusher: Flusher | None = None,
     ) -> None:
         self.cell = registry_cell
@@ -91,6 +104,7 @@ class AdminRoutes:
         self.max_payload = max_payload
         self.url_guard = url_guard
         self.pd_mode = pd_mode
+        self.igw = igw  # /readiness then reports each model
         self.flusher = flusher
         self.started = int(time.time())
 
@@ -113,20 +127,13 @@ class AdminRoutes:
         return web.Response(text="OK")
 
     async def readiness(self, request: web.Request) -> web.Response:
-        snap = self.cell.value
-        healthy = sum(1 for w in snap.workers if w.healthy)
-        if self.admission.draining:
-            return _json({"status": "not ready", "reason": "draining"}, 503)
-        if self.pd_mode:
-            role = readiness_gap(snap.workers)
-            if role is not None:
-                reason = f"no healthy {role} worker"
-                return _json({"status": "not ready", "reason": reason}, 503)
-        if healthy == 0:
-            return _json({"status": "not ready", "reason": "insufficient healthy workers"}, 503)
-        return _json(
-            {"status": "ready", "healthy_workers": healthy, "total_workers": len(snap.workers)}
+        status, body = readiness(
+            self.cell.value.workers,
+            pd_mode=self.pd_mode,
+            igw=self.igw,
+            draining=self.admission.draining,
         )
+        return _json(body, status)
 
     async def models(self, request: web.Request) -> web.Response:
         data = [
@@ -226,6 +233,8 @@ class AdminRoutes:
             fields = spec_fields(body)
         except BadWorkerBody as exc:
             return _flat_error(400, "BAD_REQUEST", str(exc))
+        if (bad := await _tokenizer_refusal(url, fields)) is not None:
+            return bad
         # the model's policy hint (IGW mode): `policy`, or the Rust gateway's `labels.policy`
         labels = dict(fields["labels"])
         policy = body.get("policy", labels.get(POLICY_LABEL))
@@ -297,6 +306,8 @@ class AdminRoutes:
             changes = spec_fields(body)
         except BadWorkerBody as exc:
             return _flat_error(400, "BAD_REQUEST", str(exc))
+        if (bad := await _tokenizer_refusal(url, changes)) is not None:
+            return bad
         return await self._queued(wid, UpdateWorker(wid, tuple(changes.items())), "update")
 
     async def _id_and_body(self, request: web.Request) -> tuple[str, dict[str, Any]] | web.Response:

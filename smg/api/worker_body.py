@@ -79,6 +79,34 @@ def _bootstrap_port(value: object) -> int | None:
     return value
 
 
+# A model card's fields that smg keeps as the worker's labels of the same name (a label given
+# wins): where its model's tokenizer and chat template come from (smg/actors/tokenizers.py).
+CARD_LABELS = ("tokenizer_path", "chat_template")
+
+
+def _card_labels(
+    models: object, labels: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, str], ...]:
+    """`models` (the Rust gateway's model cards: one object or a list, the first is the
+    worker's primary model): its `tokenizer_path` and `chat_template` folded into the labels."""
+    if models is None:
+        return labels
+    card = models[0] if isinstance(models, list) and models else models
+    if isinstance(models, list) and not models:
+        return labels
+    if not isinstance(card, dict):
+        raise BadWorkerBody("Invalid JSON data: `models` must be a list of model cards")
+    merged = dict(labels)
+    for name in CARD_LABELS:
+        value = card.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value:
+            raise BadWorkerBody(f"Invalid JSON data: `models[0].{name}` must be a string")
+        merged.setdefault(name, value)
+    return tuple(sorted(merged.items()))
+
+
 def spec_fields(body: dict[str, Any]) -> dict[str, Any]:
     """A whole registration (POST, PUT): every `WorkerSnapshot` field it sets, defaults filled
     in. `model_id` and `runtime_type` are absent when not given (the probes learn them; a
@@ -90,7 +118,7 @@ def spec_fields(body: dict[str, Any]) -> dict[str, Any]:
         "worker_type": worker_type,
         "priority": _priority(body.get("priority", DEFAULT_PRIORITY)),
         "cost": _cost(body.get("cost", DEFAULT_COST)),
-        "labels": _labels(body.get("labels")),
+        "labels": _card_labels(body.get("models"), _labels(body.get("labels"))),
         "api_key": None if body.get("api_key") is None else _api_key(body["api_key"]),
         "bootstrap_port": _bootstrap_port(body.get("bootstrap_port")),
     }

@@ -9,6 +9,8 @@ gRPC probes and the flow ask for.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from smg import errors
 from smg.actors.cache_index import CacheIndex
 from smg.actors.event_bus import EventBus
@@ -17,7 +19,7 @@ from smg.actors.load_monitor import make_fetch
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import Supervisor
 from smg.actors.system import ActorDeps, start_actors
-from smg.actors.tokenizers import EnsureTokenizer
+from smg.actors.tokenizers import EnsureTokenizer, NoTokenizer
 from smg.config import GatewayConfig
 from smg.core.idle import IdleSweeper
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
@@ -107,13 +109,28 @@ class CoreActors:
         self._tokenizer_registry, self._registry = started.tokenizers, started.registry
         return started.registry
 
-    async def ensure_tokenizer(self, model: str, client: EngineClient) -> Tokenizer:
+    async def ensure_tokenizer(
+        self, model: str, client: EngineClient, labels: Mapping[str, str]
+    ) -> Tokenizer | None:
+        """The model's tokenizer, loaded by its first worker: from the worker's `tokenizer_path`
+        (or `model_path`) and `chat_template` labels, else the launch flags, else the engine.
+        None when there is nothing to load and autoload is off (the Rust gateway's worker is
+        healthy then; its requests find no tokenizer)."""
         tok = self.tokenizers.value.get(model)
         if tok is not None:
             return tok
         if self._tokenizer_registry is None:
             raise LookupError("the tokenizer registry is not running")
-        result: Tokenizer = await self._tokenizer_registry.ask(
-            EnsureTokenizer(model, client), _TOKENIZER_LOAD_TIMEOUT_S
+        ask = EnsureTokenizer(
+            model,
+            client,
+            tokenizer_path=labels.get("tokenizer_path") or labels.get("model_path"),
+            chat_template=labels.get("chat_template"),
         )
+        try:
+            result: Tokenizer = await self._tokenizer_registry.ask(ask, _TOKENIZER_LOAD_TIMEOUT_S)
+        except NoTokenizer:
+            if self.cfg.tokenizer.disable_tokenizer_autoload:
+                return None
+            raise
         return result

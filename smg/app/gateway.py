@@ -60,6 +60,7 @@ from smg.config import (
     ConfigError,
     GatewayConfig,
     McpConfig,
+    check_health,
     check_limits,
     check_storage,
     effective_max_concurrency,
@@ -80,6 +81,7 @@ from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard
 from smg.pipeline.policies import CacheAwarePolicy
 from smg.pipeline.tokenizer import Tokenizer
+from smg.pipeline.tokenizer_source import worker_tokenizer_problem
 from smg.storage import Storage, StorageError
 from smg.storage.factory import open_storage
 from smg.tls import GatewayTls
@@ -91,6 +93,22 @@ log = structlog.get_logger("smg.gateway")
 # a sender of an endless body holds its connection (and our CPU) that long.
 _LINGER_S = 2.0
 _FLUSH_WORKER_TIMEOUT_S = 10.0  # one worker's /flush_cache (the fan-out has its own limit)
+
+
+def _check_tokenizer_flags(cfg: GatewayConfig) -> None:
+    """`--tokenizer-path` naming a Hugging Face id this machine's cache lacks (nothing is
+    downloaded), or a folder without a tokenizer, and a missing `--chat-template` stop the start;
+    a local path that does not exist is left to the engines' tokenizers, and `--model-path`
+    problems only warn (HTTP workers need no tokenizer), as in the Rust gateway."""
+    tok = cfg.tokenizer
+    flags = {"tokenizer_path": tok.tokenizer_path or "", "chat_template": tok.chat_template or ""}
+    problem = worker_tokenizer_problem(flags)
+    if problem is not None:
+        raise ConfigError(problem)
+    if tok.model_path and not tok.tokenizer_path:
+        problem = worker_tokenizer_problem({"model_path": tok.model_path})
+        if problem is not None:
+            log.warning("model_path_tokenizer_missing", problem=problem)
 
 
 class Gateway:
@@ -108,8 +126,10 @@ class Gateway:
         self.idle = idle_sweeper(cfg)
         self.tls = GatewayTls.load(cfg.tls)  # so does an unusable certificate
         check_limits(cfg.limits)
+        check_health(cfg.health)  # the start-up timeout and check interval above zero
         check_storage(cfg.storage)  # e.g. --history-backend postgres without --postgres-db-url
         model_aliases(cfg.routing.model_alias)  # a malformed --model-alias
+        _check_tokenizer_flags(cfg)  # --tokenizer-path naming a folder or id this host lacks
         # an unreadable or malformed MCP servers file stops the start
         path = cfg.mcp.mcp_config_path
         self.mcp_config: McpConfig = load_mcp_config(path) if path else McpConfig()
@@ -237,6 +257,7 @@ class Gateway:
             max_payload=srv.max_payload_size,
             url_guard=self.url_guard,
             pd_mode=self.cfg.pd.pd_disaggregation,
+            igw=self.cfg.routing.enable_igw,
             flusher=CacheFlusher(self.worker_http, self.engines, _FLUSH_WORKER_TIMEOUT_S),
         ).install(app)
         self.mesh.install(app)

@@ -210,6 +210,31 @@ class HealthConfig:
     health_failed_after_secs: float = knob(
         300.0, "A worker not_ready this long is marked failed (still probed; it can come back)."
     )
+    disable_health_check: bool = knob(
+        False,
+        "No health checks: a worker is probed only until its first good check (which learns its "
+        "model and tokenizer), then counts as healthy for good (its breaker still applies).",
+    )
+    remove_unhealthy_workers: bool = knob(
+        False,
+        "Remove a worker from the registry once it is marked failed (--health-failed-after-secs), "
+        "so a re-registration probes it afresh.",
+        aliases=("--worker-auto-recovery",),
+        negations=("--no-remove-unhealthy-workers", "--no-worker-auto-recovery"),
+    )
+    worker_startup_timeout_secs: float = knob(
+        1800.0,
+        "A worker not ready this long after it was added is removed (its registration failed, "
+        "as in the Rust gateway); large models can take long to load.",
+    )
+    worker_startup_delay: float = knob(
+        0.0, "Seconds to leave a new worker alone before its first check."
+    )
+    worker_startup_check_interval: float = knob(
+        30.0,
+        "Longest wait between checks of a worker that has not been ready yet (smg checks sooner: "
+        "backoff from 0.5 s up to 2 s, so an engine serves within ~2 s of coming up).",
+    )
 
 
 # The parser formats smg implements (smg.pipeline.parsers; a test keeps the two in step). The
@@ -234,8 +259,21 @@ class TokenizerConfig:
         "template). Unset: each gRPC engine's tokenizer is fetched with GetTokenizer.",
         aliases=("--model",),
     )
-    tokenizer_path: str | None = knob(None, "Tokenizer folder; overrides --model-path.")
-    chat_template: str | None = knob(None, "Chat template file overriding the tokenizer's.")
+    tokenizer_path: str | None = knob(
+        None,
+        "Tokenizer folder, or a Hugging Face id (org/name) found in the local Hugging Face cache "
+        "(HF_HOME; never downloaded); overrides --model-path. A worker's `tokenizer_path` label "
+        "overrides both for its model.",
+    )
+    chat_template: str | None = knob(
+        None,
+        "Chat template file overriding the tokenizer's (a worker's `chat_template` overrides it).",
+    )
+    disable_tokenizer_autoload: bool = knob(
+        False,
+        "Never fetch a gRPC engine's tokenizer (GetTokenizer): only --tokenizer-path / "
+        "--model-path and workers' own `tokenizer_path` are loaded.",
+    )
     tokenizer_cache_dir: str | None = knob(
         None, "Where engine tokenizers are cached on disk (default ~/.cache/smg/tokenizers)."
     )
@@ -316,6 +354,17 @@ class MeshNodeConfig:
     mesh_fault_injection: bool = knob(
         False, "Expose POST /mesh/faults (drop/delay/partition) for chaos tests. Never in prod."
     )
+
+
+def check_health(health: HealthConfig) -> None:
+    """The Rust gateway's checks: a start-up timeout and check interval above zero; no
+    negative delay."""
+    if health.worker_startup_timeout_secs <= 0:
+        raise ConfigError("--worker-startup-timeout-secs must be greater than 0")
+    if health.worker_startup_check_interval <= 0:
+        raise ConfigError("--worker-startup-check-interval must be greater than 0")
+    if health.worker_startup_delay < 0:
+        raise ConfigError("--worker-startup-delay must not be negative")
 
 
 def effective_max_concurrency(adm: AdmissionConfig, cores: int) -> int:

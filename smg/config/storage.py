@@ -24,6 +24,21 @@ class StorageConfig:
     history_max_bytes: int = knob(
         256 * 1024 * 1024, "memory backend: most bytes of stored JSON kept (256 MiB)."
     )
+    history_memory_max_responses: int = knob(
+        10_000,
+        "memory backend: most stored responses kept; the oldest stored go first, on every write "
+        "(one still running in the background is skipped).",
+    )
+    history_memory_max_items: int = knob(
+        100_000,
+        "memory backend: most conversation items kept in all; the oldest added go first, out of "
+        "their conversation.",
+    )
+    history_memory_retention_secs: float = knob(
+        86_400.0,
+        "memory backend: a response is dropped this long after it was stored, a conversation this "
+        "long after its last use (checked on every write); 0: kept until a count bound drops it.",
+    )
     history_timeout_secs: float = knob(
         5.0,
         "Deadline of one storage call; past it the request gets an explicit error "
@@ -75,9 +90,12 @@ def check_storage(cfg: StorageConfig) -> None:
         flag = needed.replace("_", "-")
         raise ConfigError(f"--history-backend {cfg.history_backend} needs --{flag}")
     for name in ("history_max_records", "history_max_bytes", "postgres_pool_max_size",
-                 "redis_pool_max_size"):  # fmt: skip
+                 "redis_pool_max_size", "history_memory_max_responses",
+                 "history_memory_max_items"):  # fmt: skip
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    if cfg.history_memory_retention_secs < 0:
+        raise ConfigError("--history-memory-retention-secs must be >= 0 (0: no age bound)")
     if cfg.max_background_responses < 0:
         raise ConfigError("--max-background-responses must be >= 0 (0: background mode off)")
     if cfg.history_timeout_secs <= 0:

@@ -7,13 +7,16 @@
     NOT_READY --(not ready for health_failed_after_secs, seen at any check)--> FAILED
     FAILED --(success_threshold consecutive good checks)--> READY
 
-A failed worker is still probed, so it can come back. Only READY is routable. The shell (the
+A failed worker is still probed, so it can come back (unless --remove-unhealthy-workers: the
+shell removes it). Only READY is routable. With --disable-health-check one good check makes a
+worker READY (the shell then stops probing it). The shell (the
 worker actor) runs the probes on its clock and hands each result here with `now`.
 
 Besides the regular interval, a worker that is not ready is checked again sooner
 (`recheck_in`): one counting good checks up to the threshold, or still registering, after
 RECHECK_S; one failing, with backoff from BACKOFF_FIRST_S doubling up to BACKOFF_MAX_S (or the
-interval, if shorter). So an engine started together with the gateway, or a worker back from an
+interval, if shorter, and, for a worker never ready yet, --worker-startup-check-interval if
+shorter). So an engine started together with the gateway, or a worker back from an
 outage, serves within about two seconds of answering, not a whole interval (60 s by default)
 times the success threshold later.
 """
@@ -57,10 +60,12 @@ class ProbeResult:
 
 class WorkerHealth:
     __slots__ = (
+        "_ever_ready",
         "_failed_after_s",
         "_failure_threshold",
         "_failures",
         "_not_ready_since",
+        "_startup_check_s",
         "_status",
         "_success_threshold",
         "_successes",
@@ -69,7 +74,11 @@ class WorkerHealth:
 
     def __init__(self, cfg: HealthConfig, now: float | None = None) -> None:
         self._failure_threshold = max(1, cfg.health_failure_threshold)
-        self._success_threshold = max(1, cfg.health_success_threshold)
+        self._success_threshold = (
+            1 if cfg.disable_health_check else max(1, cfg.health_success_threshold)
+        )
+        self._startup_check_s = max(0.001, cfg.worker_startup_check_interval)
+        self._ever_ready = False
         self._failed_after_s = cfg.health_failed_after_secs
         self._status = HealthStatus.PENDING
         self._successes = 0
@@ -84,6 +93,11 @@ class WorkerHealth:
     @property
     def routable(self) -> bool:
         return self._status.routable
+
+    @property
+    def ever_ready(self) -> bool:
+        """Whether the worker was ever READY (before that it is starting up)."""
+        return self._ever_ready
 
     @property
     def consecutive_successes(self) -> int:
@@ -130,12 +144,14 @@ class WorkerHealth:
         """Seconds until a check besides the regular ones (None: the interval will do)."""
         if self._status is HealthStatus.READY:
             return None
+        cap = interval_s if self._ever_ready else min(interval_s, self._startup_check_s)
         if self._successes or not self._failures:  # counting up, or not checked yet
-            return min(RECHECK_S, interval_s)
+            return min(RECHECK_S, cap)
         backoff = BACKOFF_FIRST_S * 2 ** min(self._failures - 1, 16)
-        return min(backoff, BACKOFF_MAX_S, interval_s)
+        return min(backoff, BACKOFF_MAX_S, cap)
 
     def _move(self, to: HealthStatus, now: float) -> HealthStatus:
         self._status = to
+        self._ever_ready = self._ever_ready or to is HealthStatus.READY
         self.changed_at = now
         return to

@@ -145,11 +145,3 @@ def batch_size(body: dict[str, Any]) -> int | None:
     if isinstance(ids, list) and ids and isinstance(ids[0], list):
         return len(ids)
     return None
-
-
-def readiness_gap(workers: Sequence[WorkerSnapshot]) -> str | None:
-    """The role with no healthy worker (prefill checked first), or None when PD can serve."""
-    for role in (PREFILL, DECODE):
-        if not any(w.worker_type == role and w.healthy for w in workers):
-            return role
-    return None

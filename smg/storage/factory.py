@@ -15,7 +15,11 @@ async def open_storage(cfg: StorageConfig) -> Storage:
     match cfg.history_backend:
         case "memory":
             return MemoryStorage(
-                max_records=cfg.history_max_records, max_bytes=cfg.history_max_bytes
+                max_records=cfg.history_max_records,
+                max_bytes=cfg.history_max_bytes,
+                max_responses=cfg.history_memory_max_responses,
+                max_items=cfg.history_memory_max_items,
+                retention_s=cfg.history_memory_retention_secs,
             )
         case "none":
             return NoneStorage()

@@ -95,3 +95,20 @@ def test_loads_report_shape() -> None:
     assert loads_report([worker("http://a:1", 2), worker("grpc://b:2")]) == {
         "workers": [{"worker": "http://a:1", "load": 2}, {"worker": "grpc://b:2", "load": 0}]
     }
+
+
+def test_a_model_card_names_the_tokenizer_and_template_as_labels() -> None:
+    card = {"id": "m", "tokenizer_path": "Org/tok", "chat_template": "/t.jinja"}
+    for models in (card, [card, {"id": "other", "tokenizer_path": "Org/no"}]):
+        labels = dict(spec_fields({"models": models})["labels"])
+        assert labels == {"tokenizer_path": "Org/tok", "chat_template": "/t.jinja"}
+    # a label given wins over the card
+    body = {"models": [card], "labels": {"tokenizer_path": "/local"}}
+    assert dict(spec_fields(body)["labels"])["tokenizer_path"] == "/local"
+    assert spec_fields({"models": []})["labels"] == ()
+
+
+@pytest.mark.parametrize("models", ["x", [3], [{"tokenizer_path": 1}], {"chat_template": ""}])
+def test_a_bad_model_card_is_refused(models: object) -> None:
+    with pytest.raises(BadWorkerBody):
+        spec_fields({"models": models})

@@ -14,6 +14,7 @@ from smg import cli
 from smg.app.outbound import startup_workers
 from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
+from smg.core.readiness import missing_role
 from smg.core.snapshots import LoadCounter, WorkerSnapshot
 from smg.errors import ApiError
 from smg.flow.pd_http import HttpPd
@@ -156,13 +157,13 @@ def test_new_room_is_63_bit() -> None:
     assert len(rooms) == 1000 and all(0 <= r < 2**63 for r in rooms)
 
 
-def test_readiness_gap() -> None:
+def test_readiness_names_the_missing_pd_role() -> None:
     p, d = w("http://p", "prefill"), w("http://d", "decode")
     sick = w("http://d2", "decode", health=HealthStatus.NOT_READY)
-    assert pd.readiness_gap([p, d]) is None
-    assert pd.readiness_gap([d]) == "prefill"
-    assert pd.readiness_gap([p, sick, w("http://r", "regular")]) == "decode"
-    assert pd.readiness_gap([]) == "prefill"
+    assert missing_role([p, d]) is None
+    assert missing_role([d]) == "prefill"
+    assert missing_role([p, sick, w("http://r", "regular")]) == "decode"
+    assert missing_role([]) == "prefill"
 
 
 def test_cli_pd_flags_make_typed_workers() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -109,7 +109,7 @@ class GrpcProber:
     def __init__(
         self,
         pool: EnginePool,
-        ensure_tokenizer: Callable[[str, EngineClient], Awaitable[Any]],
+        ensure_tokenizer: Callable[[str, EngineClient, Mapping[str, str]], Awaitable[Any]],
         timeout_s: float,
         dp_aware: bool = False,
     ) -> None:
@@ -136,7 +136,7 @@ class GrpcProber:
         except (UpstreamError, EngineError, grpc.aio.AioRpcError, OSError) as exc:
             return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
         try:
-            await self.ensure_tokenizer(model_id, client)
+            await self.ensure_tokenizer(model_id, client, dict(worker.labels))
         except Exception as exc:  # a refused bundle, a load timeout, an unreadable tokenizer
             return ProbeResult(ok=False, model_id=model_id, detail=f"{type(exc).__name__}: {exc}")
         adapters = None if loras is None else tuple(n for n in loras if n != model_id)

@@ -9,7 +9,9 @@ native request without a model is 400 `missing_model` (the Rust gateway's code a
 own policy (`policy` on POST /workers); the launch `--policy` (round_robin) stays the others'.
 `--model-alias` names reach the canonical model's workers, and the answer names the canonical
 model (as the Rust gateway, which rewrites the request's model). A worker serving LoRA
-adapters (every entry of its /v1/models) is reached by each adapter's id.
+adapters (every entry of its /v1/models) is reached by each adapter's id. An external
+OpenAI-compatible provider (a stand-in, `smg sim --provider openai`) serves `vendor-model`
+beside them, by id and by alias, with its own key.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from tokenizers import Tokenizer
 
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
-from .conftest import Gateway, Launcher, assert_openai_error, wait_until
+from .conftest import Gateway, Launcher, assert_openai_error, http, wait_until
 
 ROUTED = "X-SMG-Routed-Worker-Id"
+VENDOR_KEY = "sk-vendor"
 MSGS = [{"role": "user", "content": "Which model are you?"}]
 
 
@@ -52,10 +55,18 @@ def igw(module_launch: Launcher) -> Iterator[Igw]:
     sims.append(module_launch.sim("base", adapters=["sql-lora", "chat-lora"]))
     module_launch.wait_engine(engine)
     module_launch.wait_engine(tiny)
+    vendor = module_launch.provider("openai", "vendor-model", provider_keys=[VENDOR_KEY])
     aliases = [["a1=alpha"], ["g=gamma"], ["t=tiny"], ["beta=gamma"], ["ghost=nowhere"]]
+    aliases.append(["v=vendor-model"])
     gw = module_launch.gateway([*sims, engine, tiny], enable_igw=True, model_alias=aliases)
+    external = {"url": vendor.url, "runtime_type": "external", "provider": "openai"}
+    r = gw.request("POST", "/workers", {**external, "api_key": VENDOR_KEY})
+    assert r.status == 202, r
+    gw.wait_ready(7)
     model_of = {w["id"]: w["model_id"] for w in gw.workers()}
-    assert sorted(model_of.values()) == ["alpha", "alpha", "base", "beta", "gamma", "tiny"]
+    assert sorted(model_of.values()) == [
+        "alpha", "alpha", "base", "beta", "gamma", "tiny", "vendor-model"
+    ]  # fmt: skip
     with gw.client() as client:
         yield Igw(gw, client, model_of, module_launch.tmp)
 
@@ -261,3 +272,22 @@ def test_each_engine_model_counts_with_its_own_tokenizer(igw: Igw) -> None:
             assert len(tok.encode(out).ids) == done.usage.completion_tokens == 4, out
         counts[model] = len(tok.encode(text).ids)
     assert counts["gamma"] != counts["tiny"], counts
+
+
+def test_an_external_provider_serves_its_model_beside_the_engines(igw: Igw) -> None:
+    """The provider's model by id and by alias: the answer comes from the provider stand-in,
+    which was sent the worker's own key (never the client's), and /v1/models lists it once."""
+    (vendor,) = igw.workers_of("vendor-model")
+    record = next(w for w in igw.gw.workers() if w["id"] == vendor)
+    assert (record["runtime_type"], record["provider"]) == ("external", "openai")
+    for asked in ("vendor-model", "v"):
+        raw = igw.client.chat.completions.with_raw_response.create(
+            model=asked, messages=[{"role": "user", "content": "SIM_REPLY: from afar"}]
+        )
+        done = raw.parse()
+        assert done.model == "vendor-model" and raw.headers[ROUTED] == vendor
+        assert done.choices[0].message.content == "from afar"
+    keys = http("GET", record["url"] + "/sim/keys").json()["keys"]
+    assert {k["key"] for k in keys if k["path"] == "/v1/chat/completions"} == {VENDOR_KEY}
+    ids = [m.id for m in igw.client.models.list().data]
+    assert ids.count("vendor-model") == 1, ids

@@ -4,6 +4,10 @@ the `serial` ones alone, since they measure time, memory or CPU and must not sha
 `SMG_TEST_PHASE=parallel` deselects the `serial` tests, `SMG_TEST_PHASE=serial` keeps only them;
 unset, every test runs (a plain `pytest`). An environment variable rather than `-m`, so a `-m`
 or `-k` the caller passes still narrows both phases.
+
+The parallel phase also puts the modules that start processes (the integration and chaos tiers)
+first: xdist hands out modules in collection order, so the long ones start early and the quick
+in-process ones fill the workers at the end instead of a mesh module running alone.
 """
 
 from __future__ import annotations
@@ -31,4 +35,6 @@ def select(config: pytest.Config, items: list[pytest.Item]) -> None:
     keep = [item for item in items if is_serial(item) == want]
     if len(keep) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if is_serial(item) != want])
-        items[:] = keep
+    if not want:
+        keep.sort(key=lambda item: item.get_closest_marker("unit") is not None)  # stable
+    items[:] = keep

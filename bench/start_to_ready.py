@@ -4,7 +4,8 @@ Starts our gateway (`smg launch`, the default health settings: a 60 s interval, 
 needed) in front of a gRPC engine and an HTTP worker that are not up yet, waits `--lead` seconds
 (1 s by default), then starts the engine and the worker (`smg sim --grpc`, `smg sim`), and polls
 a chat request to each every 20 ms. Reports, per rep, how long after its own start each worker
-was first served, and how long after the gateway's start; the median over reps.
+was first served, and how long after the gateway's start, and for the HTTP worker how long its
+own start took (its /health) and the gateway's lag after that; the median over reps.
 
     .venv/bin/python bench/start_to_ready.py               # 3 reps, ~1 min
     .venv/bin/python bench/start_to_ready.py --reps 5 --lead 3
@@ -43,7 +44,22 @@ async def first_200(base: str, model: str, deadline_s: float) -> float:
     raise TimeoutError(f"{model} not served in {deadline_s} s")
 
 
-async def one_rep(lead_s: float) -> tuple[float, float, float, float]:
+async def own_health(url: str, deadline_s: float) -> float:
+    """Poll a worker's own /health until it answers 200; the monotonic time then."""
+    end = time.monotonic() + deadline_s
+    async with aiohttp.ClientSession() as s:
+        while time.monotonic() < end:
+            try:
+                async with s.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
+                    if r.status == 200:
+                        return time.monotonic()
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(0.02)
+    raise TimeoutError(f"{url} not up in {deadline_s} s")
+
+
+async def one_rep(lead_s: float) -> tuple[float, ...]:
     gw_port, engine_port, http_port = _free_port(), _free_port(), _free_port()
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -82,10 +98,15 @@ async def one_rep(lead_s: float) -> tuple[float, float, float, float]:
             )
         )  # fmt: skip
         base = f"http://127.0.0.1:{gw_port}"
-        engine, worker = await asyncio.gather(
-            first_200(base, "engine-model", 60.0), first_200(base, "http-model", 60.0)
+        engine, worker, worker_up = await asyncio.gather(
+            first_200(base, "engine-model", 60.0),
+            first_200(base, "http-model", 60.0),
+            own_health(f"http://127.0.0.1:{http_port}/health", 60.0),
         )
-        return engine - t_up, worker - t_up, engine - t_gw, worker - t_gw
+        return (
+            engine - t_up, worker - t_up, engine - t_gw, worker - t_gw,
+            worker_up - t_up, worker - worker_up,
+        )  # fmt: skip
     finally:
         for p in procs:
             p.terminate()
@@ -107,6 +128,8 @@ def main() -> None:
         "HTTP worker: served after its start",
         "gRPC engine: served after the gateway's start",
         "HTTP worker: served after the gateway's start",
+        "HTTP worker: its own /health up after its start",
+        "HTTP worker: served after its own /health is up",
     )
     print(f"gateway started {args.lead:g} s before its workers; {args.reps} reps (seconds)")
     for i, name in enumerate(names):

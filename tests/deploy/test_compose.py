@@ -2,12 +2,13 @@
 
 No Docker engine runs here and the docker client has no compose plugin, so `docker compose config`
 cannot parse the file: these tests read the YAML (interpolated as compose would) and check what
-compose would only find out at `up`: the mesh joins name real services, every gateway has the
-cluster key from the one variable, workers and scrape targets exist, and every smg command line
-parses with smg's own parser."""
+compose would only find out at `up`: the mesh joins name other gateways' fixed addresses, every
+gateway has the cluster key from the one variable, workers and scrape targets exist, and every
+smg command line parses with smg's own parser."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -65,17 +66,27 @@ def _mesh_port(service: dict[str, Any]) -> int:
     return int(flag_value(service["command"], "--mesh-port") or 39527)
 
 
-def test_the_mesh_joins_name_other_gateway_services_at_their_mesh_port() -> None:
+def _address(name: str) -> str:
+    return str(GATEWAYS[name]["networks"]["default"]["ipv4_address"])
+
+
+def test_the_mesh_joins_other_gateways_at_their_fixed_address_and_mesh_port() -> None:
+    # smg's mesh takes addresses, not names (a datagram to a name is dropped), so each gateway
+    # has a fixed address in the network's subnet, advertises it, and the joins name those
+    subnet = ipaddress.ip_network(COMPOSE["networks"]["default"]["ipam"]["config"][0]["subnet"])
+    by_address = {_address(n): n for n in GATEWAYS}
+    assert len(by_address) == len(GATEWAYS)
     joined: set[str] = set()
     for name, service in GATEWAYS.items():
         cmd = service["command"]
-        assert flag_value(cmd, "--mesh-advertise-host") == name  # peers reach it by its name
+        assert ipaddress.ip_address(_address(name)) in subnet, name
+        assert flag_value(cmd, "--mesh-advertise-host") == _address(name)
         seeds = (flag_value(cmd, "--join") or "").split(",")
         for seed in filter(None, seeds):
             host, port = seed.rsplit(":", 1)
-            assert host in GATEWAYS and host != name, seed
-            assert int(port) == _mesh_port(GATEWAYS[host]), seed
-            joined |= {name, host}
+            assert host in by_address and by_address[host] != name, seed
+            assert int(port) == _mesh_port(GATEWAYS[by_address[host]]), seed
+            joined |= {name, by_address[host]}
     assert joined == set(GATEWAYS)  # one mesh: every node joins or is joined
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from .smg_args import DEPLOY, SECRETS, check_smg_command, flag_value, load_all
+from .smg_args import DEPLOY, SECRETS, check_smg_command, load_all
 
 pytestmark = pytest.mark.unit
 
@@ -103,7 +103,7 @@ def test_keys_come_from_secrets_never_from_the_manifests() -> None:
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "smg-secrets", name
         assert "value" not in env[name]
     assert not [o for o in OBJECTS if o["kind"] == "Secret"]  # the operator creates it
-    args = " ".join(CONTAINER["args"])
+    args = " ".join(CONTAINER["command"] + CONTAINER["args"])
     assert "--cluster-key" not in args and "--api-key" not in args
 
 
@@ -125,10 +125,15 @@ def test_the_pod_runs_non_root_on_a_read_only_root_with_resource_requests() -> N
     assert {"cpu", "memory"} <= set(CONTAINER["resources"]["requests"])
 
 
+def _pod_ip(ordinal: int) -> str:
+    return f"10.0.0.{10 + ordinal}"
+
+
 def _pod_env(ordinal: int) -> dict[str, str]:
     """The environment pod `ordinal` gets: the ConfigMap, the fields and $(VAR) references
     resolved as the kubelet does, and stand-ins for the Secret's values."""
     name = f"{STS['metadata']['name']}-{ordinal}"
+    fields = {"metadata.name": name, "status.podIP": _pod_ip(ordinal)}
     secret_values = {
         "cluster-key": SECRETS["SMG_CLUSTER_KEY"],
         "api-key": SECRETS["SMG_API_KEY"],
@@ -140,8 +145,7 @@ def _pod_env(ordinal: int) -> dict[str, str]:
     for e in CONTAINER["env"]:
         source = e.get("valueFrom", {})
         if "fieldRef" in source:
-            assert source["fieldRef"]["fieldPath"] == "metadata.name"
-            env[e["name"]] = name
+            env[e["name"]] = fields[source["fieldRef"]["fieldPath"]]
         elif "secretKeyRef" in source:
             env[e["name"]] = secret_values[source["secretKeyRef"]["key"]]
         else:
@@ -152,21 +156,34 @@ def _pod_env(ordinal: int) -> dict[str, str]:
     return env
 
 
+SCRIPT, DOLLAR0, *SMG_ARGV = CONTAINER["args"]
+
+
+def _argv(ordinal: int) -> list[str]:
+    """smg's command line in pod `ordinal` once the start-up step found the other pods."""
+    mesh_port = _ports()["mesh-tcp"]
+    peers = [f"{_pod_ip(i)}:{mesh_port}" for i in range(STS["spec"]["replicas"]) if i != ordinal]
+    return [*SMG_ARGV, "--join", ",".join(peers)]
+
+
+def test_the_start_up_step_finds_peers_through_the_headless_service() -> None:
+    # smg's mesh takes addresses, not names: the shell step resolves the headless Service
+    assert CONTAINER["command"] == ["/bin/sh", "-c"] and DOLLAR0 == "smg"
+    assert f"getent ahostsv4 {STS['spec']['serviceName']} " in SCRIPT
+    assert f"s/$/:{_ports()['mesh-tcp']}/" in SCRIPT  # the peers' mesh port
+    assert '-F "$POD_IP"' in SCRIPT  # not itself
+    assert 'set -- "$@" --join "$peers"' in SCRIPT and SCRIPT.rstrip().endswith('exec smg "$@"')
+    assert "--join" not in SMG_ARGV
+
+
 def test_the_container_command_parses_with_smgs_parser() -> None:
     for ordinal in range(STS["spec"]["replicas"]):
-        command, cfg = check_smg_command(CONTAINER["args"], _pod_env(ordinal))
+        command, cfg = check_smg_command(_argv(ordinal), _pod_env(ordinal))
         assert command == "node"
         assert cfg.server.port == _ports()["http"]
         assert cfg.observability.prometheus_port == _ports()["metrics"]
         assert cfg.mesh.mesh_port == _ports()["mesh-tcp"] == _ports()["mesh-udp"]
         assert cfg.workers.worker_urls  # the ConfigMap's list reached smg
-
-
-def test_every_node_advertises_the_name_the_join_list_gives_it() -> None:
-    replicas, headless = STS["spec"]["replicas"], STS["spec"]["serviceName"]
-    port = _ports()["mesh-tcp"]
-    expected = [f"{STS['metadata']['name']}-{i}.{headless}:{port}" for i in range(replicas)]
-    assert (flag_value(CONTAINER["args"], "--join") or "").split(",") == expected
-    for ordinal in range(replicas):
-        _, cfg = check_smg_command(CONTAINER["args"], _pod_env(ordinal))
-        assert f"{cfg.mesh.mesh_advertise_host}:{cfg.mesh.mesh_port}" == expected[ordinal]
+        # each node advertises its pod address, the one its peers' --join lists give it
+        assert cfg.mesh.mesh_advertise_host == _pod_ip(ordinal)
+        assert _pod_ip(ordinal) not in "".join(cfg.mesh.mesh_peer_urls)

@@ -14,6 +14,8 @@ not come from loopback.
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import math
 import random
 import socket
@@ -51,6 +53,7 @@ log = structlog.get_logger("smg.mesh")
 
 WORKERS, RATE_LIMITS, CACHE = "workers", "rate_limits", "cache"
 MAX_SERVER_NAME_CHARS = 200  # the node id (name@epoch.fingerprint) must fit a wire name
+SEED_RESOLVE_TIMEOUT_S = 5.0  # a --join name's DNS lookup at start
 
 
 def mesh_keyring(cfg: MeshNodeConfig) -> Keyring | None:
@@ -98,8 +101,10 @@ def node_name(cfg: MeshNodeConfig, advertise_host: str) -> str:
 
 
 def advertise_host(cfg: MeshNodeConfig) -> str:
+    """The address peers send to: an IP (a name given is resolved once, at start: peers' UDP
+    packets go to addresses, and every node must name this one the same way)."""
     if cfg.mesh_advertise_host:
-        return cfg.mesh_advertise_host
+        return _address_of(cfg.mesh_advertise_host)
     if cfg.mesh_host not in ("0.0.0.0", "::", ""):
         return cfg.mesh_host
     try:
@@ -108,6 +113,47 @@ def advertise_host(cfg: MeshNodeConfig) -> str:
         host = "127.0.0.1"
     log.warning("mesh_advertise_guessed", host=host, hint="set --mesh-advertise-host")
     return host
+
+
+def _address_of(host: str) -> str:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return host
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise SystemExit(f"--mesh-advertise-host {host}: cannot resolve it ({exc})") from None
+
+
+async def resolve_seeds(
+    seeds: list[str], family: int = socket.AF_INET, timeout_s: float = SEED_RESOLVE_TIMEOUT_S
+) -> list[str]:
+    """`host:port` seeds with every name resolved to its addresses of `family` (the mesh
+    socket's: a headless Service's name gives every pod's), IPs as they are; a name that does
+    not resolve in `timeout_s` is logged and skipped (another seed, or a later restart, may do)."""
+    loop = asyncio.get_running_loop()
+    out: list[str] = []
+    for seed in seeds:
+        host, _, port = seed.rpartition(":")
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+            out.append(seed)
+            continue
+        except ValueError:
+            pass
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(host, int(port), family=family, type=socket.SOCK_DGRAM), timeout_s
+            )
+        except (OSError, TimeoutError, ValueError) as exc:
+            log.warning("mesh_seed_unresolved", seed=seed, error=f"{type(exc).__name__}: {exc}")
+            continue
+        for family, _, _, _, sockaddr in infos:
+            ip = str(sockaddr[0])
+            out.append(f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}")
+    return list(dict.fromkeys(out))
 
 
 def seed_addrs(cfg: MeshNodeConfig) -> list[str]:
@@ -161,6 +207,7 @@ class GatewayMesh:
         }
         self.summaries = CacheSummaries(self.replicas[CACHE], self.node_id)
         self._cache_state: CacheAwareState | None = None
+        self._resolved_seeds: list[str] = []  # --join, names resolved at start
         self.view: SnapshotCell[MeshView] = SnapshotCell(MeshView(self.node_id, self.advertise))
         self.hlc = HybridClock(wall, self.node_id)
         self.directory = WorkerDirectory(self.replicas[WORKERS], self.node_id, clock=self.hlc)
@@ -247,6 +294,8 @@ class GatewayMesh:
                 ),
             )
         )
+        family = socket.AF_INET6 if ":" in self.cfg.mesh.mesh_host else socket.AF_INET
+        self._resolved_seeds = await resolve_seeds(seed_addrs(self.cfg.mesh), family)
         self._node_ref = await core.start_child(
             ChildSpec(
                 "mesh_node",
@@ -255,7 +304,7 @@ class GatewayMesh:
                 overflow=Overflow.DROP_OLDEST,
             )
         )
-        log.info("mesh_joining", node=self.node_id, seeds=seed_addrs(self.cfg.mesh))
+        log.info("mesh_joining", node=self.node_id, seeds=self._resolved_seeds)
 
     def _make_node(self, events: EventBus) -> MeshNode:
         mc = self.cfg.mesh
@@ -286,7 +335,7 @@ class GatewayMesh:
             for m in self.view.value.members
             if m.state in ("alive", "suspect") and m.node_id != self.node_id
         ]
-        return list(dict.fromkeys([*seed_addrs(self.cfg.mesh), *seen]))
+        return list(dict.fromkeys([*self._resolved_seeds, *seen]))
 
     async def leave(self) -> None:
         """Graceful leave at shutdown: peers mark us LEFT instead of suspecting us."""

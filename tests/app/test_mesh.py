@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from smg.app.mesh import GatewayMesh, boot_epoch, mesh_keyring, seed_addrs
+from smg.app.mesh import GatewayMesh, boot_epoch, mesh_keyring, resolve_seeds, seed_addrs
 from smg.clock import FakeClock
 from smg.config import ConfigError, GatewayConfig, MeshNodeConfig, replace_path
 from smg.mesh.config import MeshConfig
@@ -172,3 +172,8 @@ def test_secondary_keys_from_flags_and_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("SMG_CLUSTER_KEY_SECONDARY", "k-e,k-f")
     _, ns = parse(["node"])
     assert gateway_config_from(ns).mesh.cluster_key_secondary == ("k-e", "k-f")
+
+
+async def test_seed_names_resolve_to_addresses_and_unknown_ones_are_skipped() -> None:
+    seeds = ["10.0.0.1:4000", "localhost:5", "no-such-host.invalid:6", "[::1]:7"]
+    assert await resolve_seeds(seeds, timeout_s=2.0) == ["10.0.0.1:4000", "127.0.0.1:5", "[::1]:7"]

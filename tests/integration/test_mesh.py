@@ -162,6 +162,22 @@ def test_partition_hides_a_registration_until_it_heals(
     )
 
 
+def test_nodes_join_and_advertise_by_name(launch: Launcher) -> None:
+    """`--join localhost:PORT` and `--mesh-advertise-host localhost` (names, as compose and
+    Kubernetes give them) are resolved to addresses: the two nodes form one mesh."""
+    a_port, b_port = free_port(), free_port()
+    a = start_node(launch, "127.0.0.1", [], a_port, mesh_advertise_host="localhost")
+    b = start_node(
+        launch,
+        "127.0.0.1",
+        [Node(a.gw, f"localhost:{a_port}")],
+        b_port,
+        mesh_advertise_host="localhost",
+    )
+    wait_until(lambda: all_alive([a, b], 2), 15.0, "two nodes joined by name alive in both views")
+    assert set(a.states()) == {f"127.0.0.1:{a_port}", f"127.0.0.1:{b_port}"}
+
+
 def test_garbage_on_the_mesh_port_is_dropped_and_counted(
     trio: tuple[Node, Node, Node],
 ) -> None:

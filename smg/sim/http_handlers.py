@@ -88,6 +88,8 @@ class Stats:
     flush_authorization: str = ""  # the last one's Authorization header (tests: which key came)
     # PD: generation requests seen per bootstrap_room (as a string: JSON keys)
     rooms: dict[str, int] = dataclasses.field(default_factory=dict)
+    # requests per data_parallel_rank named in their body ("-1": none named), as the gRPC sim
+    dp_ranks: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class SimWorker:
@@ -142,6 +144,7 @@ class SimWorker:
         try:
             beh = self.behaviour
             body = await read_object(request)
+            self._count_rank(body)
             if kind == "embed":
                 return await self._embed(body, beh)
             if kind in ("rerank", "classify"):
@@ -166,6 +169,17 @@ class SimWorker:
         self._check_failure(beh)
         self.stats.completed += 1
         return json_response(answer)
+
+    def _count_rank(self, body: dict[str, Any]) -> None:
+        """SGLang's `data_parallel_rank`: an int below the server's dp size, else 400."""
+        rank = body.get("data_parallel_rank")
+        if rank is None:
+            rank = -1
+        elif type(rank) is not int or not 0 <= rank < self.cfg.dp_size:
+            msg = f"data_parallel_rank must be an integer in [0, {self.cfg.dp_size})"
+            raise invalid_request(msg, param="data_parallel_rank")
+        ranks = self.stats.dp_ranks
+        ranks[str(rank)] = ranks.get(str(rank), 0) + 1
 
     def _check_failure(self, beh: Behaviour) -> None:
         if beh.status_override is not None:
@@ -436,7 +450,8 @@ class SimWorker:
         cfg, st = self.cfg, self.stats
         info: dict[str, Any] = {"model_path": cfg.model, "served_model_name": cfg.model}
         info |= {"tokenizer_path": cfg.model, "host": cfg.host, "port": cfg.port}
-        info |= {"tp_size": 1, "dp_size": 1, "pp_size": 1, "context_length": CONTEXT_LENGTH}
+        info |= {"tp_size": 1, "dp_size": cfg.dp_size, "pp_size": 1}
+        info["context_length"] = CONTEXT_LENGTH
         info |= {"max_total_num_tokens": 1_000_000, "max_running_requests": 4096}
         info |= {"max_req_input_len": CONTEXT_LENGTH - 1, "version": SIM_VERSION}
         info |= {"disaggregation_mode": "null" if cfg.role == "regular" else cfg.role}

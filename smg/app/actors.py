@@ -109,6 +109,7 @@ class CoreActors:
                 kv_source=engine_source(self.engines),
                 idle=self.idle,
                 transitions=self.metrics,
+                release_engine=self.engines.forget,
             ),
         )
         self._tokenizer_registry, self._registry = started.tokenizers, started.registry

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import openai
 import pytest
 
-from .conftest import Gateway, Launcher, Sim
+from .conftest import Gateway, Launcher, Sim, flat_error
 
 
 @dataclass
@@ -77,3 +77,9 @@ def test_a_one_rank_server_gets_no_rank(fleet: Fleet) -> None:
     fleet.client.completions.create(model="no-dp-http", prompt="hello", max_tokens=2)
     assert gained(fleet.single, before) == {"-1": 1}
 
+
+def test_the_expanded_server_again_by_its_url_is_409(fleet: Fleet) -> None:
+    for url in (fleet.ranked.url, fleet.ranked.url + "/"):
+        dup = fleet.gw.request("POST", "/workers", {"url": url})
+        flat_error(dup, 409, "WORKER_ALREADY_EXISTS")
+    assert len(fleet.gw.workers()) == 4

@@ -37,6 +37,7 @@ from smg.pipeline.backends.provider_http import (
 )
 from smg.pipeline.providers import provider
 from smg.pipeline.providers.base import Provider, ProviderStreamError
+from smg.pipeline.providers.stream_usage import UsageShaped
 
 log = structlog.get_logger("smg.http")
 
@@ -205,11 +206,12 @@ class HttpBackend:
         worker's failure, as the relay would say it)."""
         assert worker.provider is not None
         vendor = self.provider(worker.provider)
-        out, stream = outgoing_request(vendor, path, body, bearer_key(headers))
+        out, stream, usage = outgoing_request(vendor, path, body, bearer_key(headers))
         resp = await self._post(worker, out.path, out.body, out.headers, timeout)
         if stream and resp.status == 200 and resp.content_type == "text/event-stream":
             model = worker.model_id or ""
-            resp.content = cast(Any, TranslatedStream(resp.content, vendor.chat_stream(model)))
+            translator = UsageShaped(vendor.chat_stream(model), usage)  # usage only when asked
+            resp.content = cast(Any, TranslatedStream(resp.content, translator))
             return resp
         try:
             raw = await self.read_body(resp)

@@ -67,7 +67,7 @@ def test_one_last_usage_chunk_when_asked(setup: Setup, vendor: str) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
 
 
-@pytest.mark.parametrize("vendor", ["openai", "gemini"])  # anthropic: refused chat_template_kwargs
+@pytest.mark.parametrize("vendor", VENDORS)
 def test_a_messages_stream_still_counts(setup: Setup, vendor: str) -> None:
     with anthropic.Anthropic(base_url=setup.gw.url, api_key="x", max_retries=0) as c:
         with c.messages.stream(model=f"{vendor}-model", max_tokens=64, messages=SAY) as stream:

@@ -23,6 +23,7 @@ import structlog
 from smg.actors.event_bus import EventBus
 from smg.actors.messages import (
     AddWorker,
+    ReleaseEngine,
     RemoveWorker,
     UpdateWorker,
     WorkerAdded,
@@ -72,6 +73,7 @@ class RegistryActor(Actor):
         events: EventBus | None = None,
         dp_aware: bool = False,
         release_engine: Callable[[str], Awaitable[None]] | None = None,
+        release_grace_s: float = 0.0,
     ) -> None:
         super().__init__()
         self.cell = cell
@@ -83,8 +85,10 @@ class RegistryActor(Actor):
         self.workers: dict[str, WorkerSnapshot] = {w.worker_id: w for w in cell.value.workers}
         self.refs: dict[str, ActorRef] = {}
         self.dp_aware = dp_aware  # an engine of N data-parallel ranks becomes N workers
-        # called with an engine's URL once no worker is left on it (its connection is closed)
+        # called with an engine's URL once no worker is left on it (its connection is closed),
+        # `release_grace_s` later (the requests still running on it may finish)
         self.release_engine = release_engine
+        self.release_grace_s = release_grace_s
 
     async def handle(self, message: Any) -> Any:
         match message:
@@ -104,6 +108,9 @@ class RegistryActor(Actor):
                 return await self._remove(worker_id, imported)
             case UpdateWorker():
                 return await self._update(message)
+            case ReleaseEngine(engine_url=engine):
+                await self._release_if_unused(engine)
+                return None
             case _:
                 raise TypeError(f"RegistryActor: unexpected message {message!r}")
 
@@ -179,7 +186,8 @@ class RegistryActor(Actor):
         self, worker_id: str, imported: bool, expanding: bool = False
     ) -> WorkerSnapshot | None:
         """Stop the worker's actor and drop it; the last worker of an engine (a rank worker's:
-        of all its ranks) releases the engine's connection, unless it is being expanded."""
+        of all its ranks) releases the engine's connection `release_grace_s` later, unless it is
+        being expanded or a worker on that engine is registered again meanwhile."""
         snap = self.workers.pop(worker_id, None)
         if snap is None:
             return None
@@ -188,11 +196,16 @@ class RegistryActor(Actor):
         self._publish()
         log.info("worker_removed", worker=snap.url, worker_id=worker_id)
         self.events.publish(WorkerRemoved(snap, imported))
-        if not expanding:
-            await self._release_if_last(dp.engine_url(snap.url))
+        if not expanding and self.release_engine is not None:
+            engine = dp.engine_url(snap.url)
+            if self.release_grace_s > 0:
+                self.tell_later(self.release_grace_s, ReleaseEngine(engine))
+            else:
+                await self._release_if_unused(engine)
         return snap
 
-    async def _release_if_last(self, engine: str) -> None:
+    async def _release_if_unused(self, engine: str) -> None:
+        """Close the engine's connection unless a worker on it is registered (again)."""
         if self.release_engine is None:
             return
         if any(dp.engine_url(w.url) == engine for w in self.workers.values()):

@@ -106,6 +106,8 @@ async def start_actors(core: Supervisor, workers: Supervisor, deps: ActorDeps) -
                 events=events,
                 dp_aware=cfg.routing.dp_aware,
                 release_engine=deps.release_engine,
+                # a removed engine's last requests run out their deadline on its connection
+                release_grace_s=cfg.server.request_timeout_secs,
             ),
         )
     )

@@ -42,7 +42,10 @@ class Rig:
 
 @asynccontextmanager
 async def rig(
-    prober: DpProber, dp_aware: bool, release: Callable[[str], Awaitable[None]] | None = None
+    prober: DpProber,
+    dp_aware: bool,
+    release: Callable[[str], Awaitable[None]] | None = None,
+    grace_s: float = 0.0,
 ) -> AsyncIterator[Rig]:
     """A registry under its supervisors, in simulated time."""
     clock = FakeClock()
@@ -61,6 +64,7 @@ async def rig(
                 breaker_cfg=CircuitBreakerConfig(),
                 dp_aware=dp_aware,
                 release_engine=release,
+                release_grace_s=grace_s,
             ),
         )
         yield Rig(await core.start_child(spec), cell, clock)
@@ -161,3 +165,24 @@ async def test_the_pool_forgets_an_engine_by_a_rank_url() -> None:
     pool._clients["grpc://e:1"] = client  # type: ignore[assignment]
     await pool.forget("grpc://e:1@3")
     assert client.closed and pool._clients == {}
+
+
+async def test_the_release_waits_out_the_grace_and_skips_an_engine_back_in_use() -> None:
+    """With a grace (the gateway's request deadline), the connection of a removed engine is
+    closed that much later, so requests still running on it finish; an engine registered again
+    within the grace keeps its connection."""
+    releases = Releases()
+    async with rig(DpProber(1), True, releases, grace_s=30.0) as r:
+        first = await r.registry.ask(AddWorker("grpc://e:1"), 1.0)
+        await r.registry.ask(RemoveWorker(first.worker_id), 1.0)
+        await r.clock.advance(29.0)
+        assert releases.urls == []
+        await r.clock.advance(2.0)
+        await settle()
+        assert releases.urls == ["grpc://e:1"]
+        again = await r.registry.ask(AddWorker("grpc://e:2"), 1.0)
+        await r.registry.ask(RemoveWorker(again.worker_id), 1.0)
+        await r.registry.ask(AddWorker("grpc://e:2"), 1.0)  # back within the grace
+        await r.clock.advance(31.0)
+        await settle()
+        assert releases.urls == ["grpc://e:1"]

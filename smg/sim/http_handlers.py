@@ -106,6 +106,7 @@ class SimWorker:
             healthy=not cfg.unhealthy,
         )
         self.stats = Stats()
+        self._rank_load = [0] * max(1, cfg.dp_size)  # requests in flight per data-parallel rank
         self.script = parse_script(Path(cfg.script).read_text()) if cfg.script else Script()
         self.gen = TextGen(cfg.seed)
         self._fail_rng = random.Random(cfg.seed ^ 0x5EED_FA11)
@@ -141,10 +142,12 @@ class SimWorker:
         st = self.stats
         st.requests += 1
         st.in_flight += 1
+        rank = None
         try:
             beh = self.behaviour
             body = await read_object(request)
-            self._count_rank(body)
+            rank = self._count_rank(body)
+            self._rank_load[rank] += 1
             if kind == "embed":
                 return await self._embed(body, beh)
             if kind in ("rerank", "classify"):
@@ -157,6 +160,8 @@ class SimWorker:
             return error_response(err)
         finally:
             st.in_flight -= 1
+            if rank is not None:
+                self._rank_load[rank] -= 1
 
     def _score(self, body: dict[str, Any], beh: Behaviour, kind: str) -> web.Response:
         """/v1/rerank (SGLang's bare list of results) and /v1/classify (vLLM's body)."""
@@ -170,8 +175,9 @@ class SimWorker:
         self.stats.completed += 1
         return json_response(answer)
 
-    def _count_rank(self, body: dict[str, Any]) -> None:
-        """SGLang's `data_parallel_rank`: an int below the server's dp size, else 400."""
+    def _count_rank(self, body: dict[str, Any]) -> int:
+        """SGLang's `data_parallel_rank`: an int below the server's dp size, else 400. The rank
+        that runs the request (one named none: rank 0)."""
         rank = body.get("data_parallel_rank")
         if rank is None:
             rank = -1
@@ -180,6 +186,7 @@ class SimWorker:
             raise invalid_request(msg, param="data_parallel_rank")
         ranks = self.stats.dp_ranks
         ranks[str(rank)] = ranks.get(str(rank), 0) + 1
+        return max(rank, 0)
 
     def _check_failure(self, beh: Behaviour) -> None:
         if beh.status_override is not None:
@@ -460,11 +467,13 @@ class SimWorker:
         return json_response(info)
 
     async def get_load(self, request: web.Request) -> web.Response:
-        """SGLang's shape: one entry per data-parallel rank."""
-        st = self.stats
-        load = {"dp_rank": 0, "num_reqs": st.in_flight, "num_waiting_reqs": 0}
-        load["num_tokens"] = st.in_flight_tokens
-        return json_response([load])
+        """SGLang's shape: one entry per data-parallel rank (tokens: all on rank 0)."""
+        loads = []
+        for rank, running in enumerate(self._rank_load):
+            load = {"dp_rank": rank, "num_reqs": running, "num_waiting_reqs": 0}
+            load["num_tokens"] = self.stats.in_flight_tokens if rank == 0 else 0
+            loads.append(load)
+        return json_response(loads)
 
     # ---- control ----------------------------------------------------------------------------
 

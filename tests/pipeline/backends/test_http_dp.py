@@ -5,6 +5,8 @@ simulated worker counts per rank. In-process servers on loopback."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import replace
 
 import aiohttp
@@ -103,5 +105,34 @@ async def test_a_rank_worker_sends_its_rank_to_its_server() -> None:
             )
             assert resp.status == 400
             assert (await resp.json())["error"]["param"] == "data_parallel_rank"
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_rank_workers_load_is_its_ranks() -> None:
+    """The sim's `/get_load` has one entry per rank; a rank worker's polled load is its own."""
+    from smg.actors.load_monitor import make_fetch
+    from smg.pipeline.backends.grpc_pool import EnginePool
+
+    app = build_app(SimConfig(model="m", dp_size=2, first_token_ms=2000))
+    runner, port = await start(app, "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as session:
+            backend, base = HttpBackend(session, 5.0), f"http://127.0.0.1:{port}"
+            fetch = make_fetch(EnginePool(), backend, timeout_s=5.0)
+            body = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 1})
+            headers = {"Content-Type": "application/json"}
+            rank1 = worker_snapshot("w", "m", url=f"{base}@1")
+            slow = asyncio.ensure_future(backend.open(rank1, "/v1/completions", body, headers))
+            for _ in range(100):
+                if (await fetch(rank1)).running == 1:
+                    break
+                await asyncio.sleep(0.02)
+            assert (await fetch(rank1)).running == 1
+            assert (await fetch(worker_snapshot("w", "m", url=f"{base}@0"))).running == 0
+            assert (await fetch(worker_snapshot("w", "m", url=base))).running == 1  # summed
+            slow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await slow
     finally:
         await runner.cleanup()

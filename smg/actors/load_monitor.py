@@ -29,6 +29,7 @@ from smg.actors.event_bus import Delivery, EventBus
 from smg.actors.messages import EngineLoadReported, Resync, WorkerRemoved
 from smg.actors.runtime import Actor
 from smg.config import RoutingConfig
+from smg.core.dp import rank_of
 from smg.core.snapshots import SnapshotCell, WorkerSnapshot
 from smg.pipeline.backends.grpc_pool import EnginePool, is_grpc_url
 from smg.pipeline.backends.http import HttpBackend
@@ -183,7 +184,7 @@ def make_fetch(engines: EnginePool, backend: HttpBackend, *, timeout_s: float = 
                 continue
             if status != 200:
                 raise RuntimeError(f"{path} answered {status}")
-            return WorkerLoad.from_http(data)
+            return WorkerLoad.from_http(data, rank=rank_of(worker.url))
         raise RuntimeError(f"{worker.url}: no load endpoint")
 
     return fetch

@@ -73,6 +73,13 @@ class RemoveWorker:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseEngine:
+    """The registry's own timer: close an engine's connection if no worker uses it again."""
+
+    engine_url: str
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerChanged:
     """A worker published a new snapshot."""
 

@@ -13,7 +13,9 @@ come out in the order they happened, its removal last.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -21,6 +23,7 @@ import structlog
 from smg.actors.event_bus import EventBus
 from smg.actors.messages import (
     AddWorker,
+    ReleaseEngine,
     RemoveWorker,
     UpdateWorker,
     WorkerAdded,
@@ -42,6 +45,7 @@ from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 log = structlog.get_logger("smg.registry")
 
 _UPDATE_ASK_TIMEOUT_S = 5.0
+_RELEASE_TIMEOUT_S = 5.0  # closing a removed engine's connection
 
 
 class DuplicateWorker(Exception):
@@ -68,6 +72,8 @@ class RegistryActor(Actor):
         breaker_cfg: CircuitBreakerConfig,
         events: EventBus | None = None,
         dp_aware: bool = False,
+        release_engine: Callable[[str], Awaitable[None]] | None = None,
+        release_grace_s: float = 0.0,
     ) -> None:
         super().__init__()
         self.cell = cell
@@ -79,6 +85,10 @@ class RegistryActor(Actor):
         self.workers: dict[str, WorkerSnapshot] = {w.worker_id: w for w in cell.value.workers}
         self.refs: dict[str, ActorRef] = {}
         self.dp_aware = dp_aware  # an engine of N data-parallel ranks becomes N workers
+        # called with an engine's URL once no worker is left on it (its connection is closed),
+        # `release_grace_s` later (the requests still running on it may finish)
+        self.release_engine = release_engine
+        self.release_grace_s = release_grace_s
 
     async def handle(self, message: Any) -> Any:
         match message:
@@ -98,6 +108,9 @@ class RegistryActor(Actor):
                 return await self._remove(worker_id, imported)
             case UpdateWorker():
                 return await self._update(message)
+            case ReleaseEngine(engine_url=engine):
+                await self._release_if_unused(engine)
+                return None
             case _:
                 raise TypeError(f"RegistryActor: unexpected message {message!r}")
 
@@ -107,7 +120,7 @@ class RegistryActor(Actor):
     async def _add(self, msg: AddWorker) -> WorkerSnapshot:
         url = normalize_url(msg.url)
         for w in self.workers.values():
-            if w.url == url:
+            if url in (w.url, dp.engine_url(w.url)):  # an engine expanded into ranks: its own
                 raise DuplicateWorker(w.worker_id)
         worker_id = str(uuid.uuid4())
         snap = initial_snapshot(
@@ -149,7 +162,7 @@ class RegistryActor(Actor):
         """`--dp-aware`: a worker whose engine reported N > 1 data-parallel ranks is replaced
         by N workers `url@rank`, registered as it was (they probe the same engine)."""
         assert snap.dp_size is not None
-        await self._remove(snap.worker_id, False)
+        await self._remove(snap.worker_id, False, expanding=True)
         log.info("worker_dp_expanded", worker=snap.url, dp_size=snap.dp_size)
         for url in dp.rank_urls(snap.url, snap.dp_size):
             try:
@@ -169,7 +182,12 @@ class RegistryActor(Actor):
             except DuplicateWorker:  # registered by hand already: keep that one
                 continue
 
-    async def _remove(self, worker_id: str, imported: bool) -> WorkerSnapshot | None:
+    async def _remove(
+        self, worker_id: str, imported: bool, expanding: bool = False
+    ) -> WorkerSnapshot | None:
+        """Stop the worker's actor and drop it; the last worker of an engine (a rank worker's:
+        of all its ranks) releases the engine's connection `release_grace_s` later, unless it is
+        being expanded or a worker on that engine is registered again meanwhile."""
         snap = self.workers.pop(worker_id, None)
         if snap is None:
             return None
@@ -178,7 +196,25 @@ class RegistryActor(Actor):
         self._publish()
         log.info("worker_removed", worker=snap.url, worker_id=worker_id)
         self.events.publish(WorkerRemoved(snap, imported))
+        if not expanding and self.release_engine is not None:
+            engine = dp.engine_url(snap.url)
+            if self.release_grace_s > 0:
+                self.tell_later(self.release_grace_s, ReleaseEngine(engine))
+            else:
+                await self._release_if_unused(engine)
         return snap
+
+    async def _release_if_unused(self, engine: str) -> None:
+        """Close the engine's connection unless a worker on it is registered (again)."""
+        if self.release_engine is None:
+            return
+        if any(dp.engine_url(w.url) == engine for w in self.workers.values()):
+            return
+        try:
+            async with asyncio.timeout(_RELEASE_TIMEOUT_S):
+                await self.release_engine(engine)
+        except Exception as exc:  # a connection that fails to close is gone all the same
+            log.warning("engine_release_failed", engine=engine, error=repr(exc))
 
     async def _update(self, msg: UpdateWorker) -> WorkerSnapshot | None:
         """The worker's actor owns its snapshot: it applies the change and answers the new one,

@@ -25,7 +25,7 @@ the ones started after it, which depend on it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from smg.actors.cache_index import CacheIndex, CacheIndexActor
@@ -63,6 +63,8 @@ class ActorDeps:
     kv_source: WatchSource
     idle: IdleSweeper | None
     transitions: TransitionSink  # smg_worker_transitions_total
+    # closes an engine's connection once its last worker is removed (EnginePool.forget)
+    release_engine: Callable[[str], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,9 @@ async def start_actors(core: Supervisor, workers: Supervisor, deps: ActorDeps) -
                 breaker_cfg=cfg.breaker,
                 events=events,
                 dp_aware=cfg.routing.dp_aware,
+                release_engine=deps.release_engine,
+                # a removed engine's last requests run out their deadline on its connection
+                release_grace_s=cfg.server.request_timeout_secs,
             ),
         )
     )

@@ -76,7 +76,12 @@ class CoreActors:
         cfg = self.cfg
         health = cfg.health
         prober = DispatchProber(
-            HttpProber(backend, health.health_check_endpoint, health.health_check_timeout_secs),
+            HttpProber(
+                backend,
+                health.health_check_endpoint,
+                health.health_check_timeout_secs,
+                dp_aware=cfg.routing.dp_aware,
+            ),
             GrpcProber(
                 self.engines,
                 self.ensure_tokenizer,
@@ -104,6 +109,7 @@ class CoreActors:
                 kv_source=engine_source(self.engines),
                 idle=self.idle,
                 transitions=self.metrics,
+                release_engine=self.engines.forget,
             ),
         )
         self._tokenizer_registry, self._registry = started.tokenizers, started.registry

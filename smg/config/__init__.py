@@ -139,6 +139,9 @@ class SimConfig:
     bootstrap_port: int | None = knob(
         None, "KV bootstrap port reported in /get_server_info (prefill role)."
     )
+    dp_size: int = knob(
+        1, "Data-parallel ranks reported (/server_info dp_size) and accepted (data_parallel_rank)."
+    )
     tls_cert_path: str | None = knob(
         None, "Serve over TLS (HTTPS, or gRPC over TLS with --grpc) with this certificate (PEM)."
     )

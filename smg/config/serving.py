@@ -94,8 +94,9 @@ class RoutingConfig:
     )
     dp_aware: bool = knob(
         False,
-        "A gRPC engine reporting N data-parallel ranks (GetServerInfo dp_size) is served as N "
-        "workers url@0..url@N-1, each request carrying its rank (data_parallel_rank).",
+        "An engine reporting N data-parallel ranks (gRPC GetServerInfo, HTTP /server_info: "
+        "dp_size) is served as N workers url@0..url@N-1, each request carrying its rank "
+        "(data_parallel_rank: in the gRPC message, in an HTTP request's JSON body).",
     )
     model_alias: tuple[str, ...] = knob(
         (),

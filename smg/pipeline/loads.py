@@ -77,14 +77,18 @@ class WorkerLoad:
         )
 
     @staticmethod
-    def from_http(body: Any, now: float = 0.0) -> WorkerLoad:
+    def from_http(body: Any, now: float = 0.0, rank: int | None = None) -> WorkerLoad:
         """From an HTTP engine's `/get_load` (SGLang: a list with one dict per DP rank, `num_reqs`
-        counting running and waiting) or `/v1/loads` (`{"loads": [per-rank snapshots]}`)."""
+        counting running and waiting) or `/v1/loads` (`{"loads": [per-rank snapshots]}`). A rank
+        worker's (`--dp-aware`: `rank`) is its rank's entry (`dp_rank`), when the report has one;
+        otherwise the ranks are summed."""
         ranks = body.get("loads", []) if isinstance(body, Mapping) else body
         if isinstance(ranks, Mapping):
             ranks = [ranks]
         if not isinstance(ranks, list) or not all(isinstance(r, Mapping) for r in ranks):
             raise ValueError(f"unexpected load report: {str(body)[:200]!r}")
+        if rank is not None:
+            ranks = [r for r in ranks if r.get("dp_rank") == rank] or ranks
         running = waiting = 0
         queued: int | None = None
         usages: list[float] = []

@@ -88,6 +88,8 @@ class Stats:
     flush_authorization: str = ""  # the last one's Authorization header (tests: which key came)
     # PD: generation requests seen per bootstrap_room (as a string: JSON keys)
     rooms: dict[str, int] = dataclasses.field(default_factory=dict)
+    # requests per data_parallel_rank named in their body ("-1": none named), as the gRPC sim
+    dp_ranks: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class SimWorker:
@@ -104,6 +106,7 @@ class SimWorker:
             healthy=not cfg.unhealthy,
         )
         self.stats = Stats()
+        self._rank_load = [0] * max(1, cfg.dp_size)  # requests in flight per data-parallel rank
         self.script = parse_script(Path(cfg.script).read_text()) if cfg.script else Script()
         self.gen = TextGen(cfg.seed)
         self._fail_rng = random.Random(cfg.seed ^ 0x5EED_FA11)
@@ -139,9 +142,12 @@ class SimWorker:
         st = self.stats
         st.requests += 1
         st.in_flight += 1
+        rank = None
         try:
             beh = self.behaviour
             body = await read_object(request)
+            rank = self._count_rank(body)
+            self._rank_load[rank] += 1
             if kind == "embed":
                 return await self._embed(body, beh)
             if kind in ("rerank", "classify"):
@@ -154,6 +160,8 @@ class SimWorker:
             return error_response(err)
         finally:
             st.in_flight -= 1
+            if rank is not None:
+                self._rank_load[rank] -= 1
 
     def _score(self, body: dict[str, Any], beh: Behaviour, kind: str) -> web.Response:
         """/v1/rerank (SGLang's bare list of results) and /v1/classify (vLLM's body)."""
@@ -166,6 +174,19 @@ class SimWorker:
         self._check_failure(beh)
         self.stats.completed += 1
         return json_response(answer)
+
+    def _count_rank(self, body: dict[str, Any]) -> int:
+        """SGLang's `data_parallel_rank`: an int below the server's dp size, else 400. The rank
+        that runs the request (one named none: rank 0)."""
+        rank = body.get("data_parallel_rank")
+        if rank is None:
+            rank = -1
+        elif type(rank) is not int or not 0 <= rank < self.cfg.dp_size:
+            msg = f"data_parallel_rank must be an integer in [0, {self.cfg.dp_size})"
+            raise invalid_request(msg, param="data_parallel_rank")
+        ranks = self.stats.dp_ranks
+        ranks[str(rank)] = ranks.get(str(rank), 0) + 1
+        return max(rank, 0)
 
     def _check_failure(self, beh: Behaviour) -> None:
         if beh.status_override is not None:
@@ -436,7 +457,8 @@ class SimWorker:
         cfg, st = self.cfg, self.stats
         info: dict[str, Any] = {"model_path": cfg.model, "served_model_name": cfg.model}
         info |= {"tokenizer_path": cfg.model, "host": cfg.host, "port": cfg.port}
-        info |= {"tp_size": 1, "dp_size": 1, "pp_size": 1, "context_length": CONTEXT_LENGTH}
+        info |= {"tp_size": 1, "dp_size": cfg.dp_size, "pp_size": 1}
+        info["context_length"] = CONTEXT_LENGTH
         info |= {"max_total_num_tokens": 1_000_000, "max_running_requests": 4096}
         info |= {"max_req_input_len": CONTEXT_LENGTH - 1, "version": SIM_VERSION}
         info |= {"disaggregation_mode": "null" if cfg.role == "regular" else cfg.role}
@@ -445,11 +467,13 @@ class SimWorker:
         return json_response(info)
 
     async def get_load(self, request: web.Request) -> web.Response:
-        """SGLang's shape: one entry per data-parallel rank."""
-        st = self.stats
-        load = {"dp_rank": 0, "num_reqs": st.in_flight, "num_waiting_reqs": 0}
-        load["num_tokens"] = st.in_flight_tokens
-        return json_response([load])
+        """SGLang's shape: one entry per data-parallel rank (tokens: all on rank 0)."""
+        loads = []
+        for rank, running in enumerate(self._rank_load):
+            load = {"dp_rank": rank, "num_reqs": running, "num_waiting_reqs": 0}
+            load["num_tokens"] = self.stats.in_flight_tokens if rank == 0 else 0
+            loads.append(load)
+        return json_response(loads)
 
     # ---- control ----------------------------------------------------------------------------
 

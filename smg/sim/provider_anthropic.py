@@ -7,7 +7,10 @@ GET /v1/models (`{"data": [{"type": "model", "id", "display_name", "created_at"}
 blocks, messages alternating user/assistant with text, image, tool_use and tool_result blocks;
 the answer a `message` (text and tool_use blocks, stop_reason, usage) or, with `stream`, the
 event stream (message_start, content_block_start/delta/stop with text_delta and
-input_json_delta, ping, message_delta, message_stop). Errors are
+input_json_delta, ping, message_delta, message_stop). Extended thinking (`thinking: {type:
+enabled, budget_tokens}`, at least 1024 and under max_tokens, else its 400) puts a scripted
+reply's `<think>` part first as a `thinking` block with a signature (streamed: thinking_delta,
+then signature_delta); without it the model does not think. Errors are
 `{"type": "error", "error": {"type", "message"}}`: `SIM_STATUS: 429` -> rate_limit_error with
 retry-after, 529 -> overloaded_error, 500 -> api_error; `SIM_STATUS: 299` breaks a stream off
 with an `error` event (overloaded_error) after its first text.
@@ -72,6 +75,19 @@ def _bad_messages(body: dict[str, Any]) -> str | None:
     for tool in body.get("tools") or ():
         if not isinstance(tool, dict) or "input_schema" not in tool or "name" not in tool:
             return "tools: each tool needs name and input_schema"
+    return _bad_thinking(body.get("thinking"), body["max_tokens"])
+
+
+def _bad_thinking(thinking: Any, max_tokens: int) -> str | None:
+    if thinking is None or thinking == {"type": "disabled"}:
+        return None
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return "thinking: Input tag does not match any of the expected tags: 'enabled', 'disabled'"
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < 1024:
+        return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+    if max_tokens <= budget:
+        return "`max_tokens` must be greater than `thinking.budget_tokens`"
     return None
 
 
@@ -116,6 +132,10 @@ class AnthropicStandIn(StandIn):
             return error(status, f"scripted status {status}")
         scripted = self.reply(body)
         blocks: list[dict[str, Any]] = []
+        if scripted.reasoning and isinstance(body.get("thinking"), dict):
+            if body["thinking"].get("type") == "enabled":
+                blocks.append({"type": "thinking", "thinking": scripted.reasoning,
+                               "signature": f"sig{self.calls}"})  # fmt: skip
         if scripted.content:
             blocks.append({"type": "text", "text": scripted.content})
         for call in scripted.tool_calls:
@@ -139,7 +159,9 @@ class AnthropicStandIn(StandIn):
         await resp.write(_event("message_start", {"message": start}))
         await resp.write(_event("ping", {}))
         for index, block in enumerate(blocks):
-            if block["type"] == "text":
+            if block["type"] == "thinking":
+                await resp.write(_thinking_events(index, block))
+            elif block["type"] == "text":
                 empty = {"type": "text", "text": ""}
                 await resp.write(
                     _event("content_block_start", {"index": index, "content_block": empty})
@@ -172,6 +194,18 @@ class AnthropicStandIn(StandIn):
         await resp.write(_event("message_stop", {}))
         await resp.write_eof()
         return resp
+
+
+def _thinking_events(index: int, block: dict[str, Any]) -> bytes:
+    """A thinking block's start, its text as thinking_delta events, its signature_delta."""
+    start = {"index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}
+    out = [_event("content_block_start", start)]
+    for piece in words(block["thinking"]):
+        delta = {"type": "thinking_delta", "thinking": piece}
+        out.append(_event("content_block_delta", {"index": index, "delta": delta}))
+    sig = {"type": "signature_delta", "signature": block["signature"]}
+    out.append(_event("content_block_delta", {"index": index, "delta": sig}))
+    return b"".join(out)
 
 
 def build_app(cfg: SimConfig) -> web.Application:

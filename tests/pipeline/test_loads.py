@@ -164,3 +164,16 @@ def test_loads_module_is_pure() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
             for name in names:
                 assert (name or "").split(".")[0] not in {"asyncio", "socket", "time", "random"}
+
+
+def test_from_http_a_rank_workers_load_is_its_ranks_entry() -> None:
+    body = [
+        {"dp_rank": 0, "num_reqs": 4, "num_waiting_reqs": 1},
+        {"dp_rank": 1, "num_reqs": 2, "num_waiting_reqs": 2},
+    ]
+    one = WorkerLoad.from_http(body, rank=1)
+    assert (one.running, one.waiting) == (0, 2)
+    assert WorkerLoad.from_http(body, rank=0).running == 3
+    # a report without that rank (or without ranks at all): the sum, as for the engine
+    assert WorkerLoad.from_http(body, rank=5).running == 3
+    assert WorkerLoad.from_http([{"num_reqs": 3}], rank=1).running == 3

@@ -90,7 +90,8 @@ class EnginePool:
             return client
 
     async def forget(self, url: str) -> None:
-        client = self._clients.pop(url, None)
+        """Close the connection to the engine of a worker URL (when its last worker is gone)."""
+        client = self._clients.pop(engine_url(url), None)
         if client is not None:
             await client.close()
 

@@ -25,6 +25,7 @@ import structlog
 from yarl import URL
 
 from smg import errors
+from smg.core import dp
 from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper, Watch
 from smg.core.snapshots import WorkerSnapshot
@@ -36,6 +37,7 @@ from smg.pipeline.backends.provider_http import (
 )
 from smg.pipeline.providers import provider
 from smg.pipeline.providers.base import Provider, ProviderStreamError
+from smg.pipeline.providers.stream_usage import UsageShaped
 
 log = structlog.get_logger("smg.http")
 
@@ -185,6 +187,9 @@ class HttpBackend:
             timeout = self._client_timeout(max(0.001, timeout_s))
         if worker.provider is not None:
             return await self._open_provider(worker, path, body, headers, timeout)
+        rank = dp.rank_of(worker.url)  # a rank worker (`--dp-aware`): the body names its rank
+        if rank is not None:
+            body = dp.with_rank(body, rank)
         return await self._post(worker, path, body, headers, timeout)
 
     async def _open_provider(
@@ -201,11 +206,12 @@ class HttpBackend:
         worker's failure, as the relay would say it)."""
         assert worker.provider is not None
         vendor = self.provider(worker.provider)
-        out, stream = outgoing_request(vendor, path, body, bearer_key(headers))
+        out, stream, usage = outgoing_request(vendor, path, body, bearer_key(headers))
         resp = await self._post(worker, out.path, out.body, out.headers, timeout)
         if stream and resp.status == 200 and resp.content_type == "text/event-stream":
             model = worker.model_id or ""
-            resp.content = cast(Any, TranslatedStream(resp.content, vendor.chat_stream(model)))
+            translator = UsageShaped(vendor.chat_stream(model), usage)  # usage only when asked
+            resp.content = cast(Any, TranslatedStream(resp.content, translator))
             return resp
         try:
             raw = await self.read_body(resp)
@@ -247,7 +253,7 @@ class HttpBackend:
         key = (worker.url, path)
         url = self._urls.get(key)
         if url is None:  # parsing a URL costs more than the rest of our per-request work
-            url = self._urls[key] = URL(worker.url + path)
+            url = self._urls[key] = URL(dp.engine_url(worker.url) + path)
         try:
             return await self.session.post(url, data=body, headers=headers, timeout=timeout)
         except aiohttp.ConnectionTimeoutError as exc:  # nothing was sent: another worker may do
@@ -306,7 +312,7 @@ class HttpBackend:
         credential and no body: (status, the answer's JSON, or None when it is not JSON)."""
         auth = self.authorization(worker)
         headers = {"Authorization": auth} if auth is not None else None
-        url = worker.url.rstrip("/") + path
+        url = dp.engine_url(worker.url).rstrip("/") + path  # a rank worker's: its server's
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with self.session.request(method, url, headers=headers, timeout=timeout) as resp:
             status = resp.status
@@ -342,12 +348,19 @@ class HttpProber:
     """Health check of an HTTP worker: GET the health endpoint; learn the model from /v1/models
     (the way vLLM and SGLang servers announce what they serve): its first entry is the worker's
     model (unless registered with a `model_id`), the others (LoRA adapters) are routable by
-    their ids too. /v1/models is read at every check: adapters come and go."""
+    their ids too. /v1/models is read at every check: adapters come and go.
 
-    def __init__(self, backend: HttpBackend, endpoint: str, timeout_s: float) -> None:
+    With `dp_aware`, a server's data-parallel size is read once, as the Rust gateway does:
+    `dp_size` of SGLang's `/server_info` (older servers: `/get_server_info`); a server with
+    neither (vLLM) counts as one rank."""
+
+    def __init__(
+        self, backend: HttpBackend, endpoint: str, timeout_s: float, dp_aware: bool = False
+    ) -> None:
         self.backend = backend
         self.endpoint = endpoint if endpoint.startswith("/") else "/" + endpoint
         self.timeout_s = timeout_s
+        self.dp_aware = dp_aware
 
     async def __call__(self, worker: WorkerSnapshot) -> ProbeResult:
         try:
@@ -369,11 +382,27 @@ class HttpProber:
             if not ids:
                 return ProbeResult(ok=False, detail="/v1/models named no model")
             model_id = ids[0]
+        dp_size = None
+        if self.dp_aware and worker.dp_size is None and dp.rank_of(worker.url) is None:
+            try:
+                dp_size = await self._dp_size(worker)
+            except PROBE_ERRORS:  # unknown for now: asked again at the next check
+                dp_size = None
         if not ids:  # healthy, and its list unreadable this time: keep what is known
-            return ProbeResult(ok=True, model_id=model_id, runtime=runtime)
+            return ProbeResult(ok=True, model_id=model_id, runtime=runtime, dp_size=dp_size)
         # a model_id given at registration that the worker does not list: no adapters of it
         adapters = tuple(i for i in ids if i != model_id) if model_id in ids else ()
-        return ProbeResult(ok=True, model_id=model_id, adapters=adapters, runtime=runtime)
+        return ProbeResult(
+            ok=True, model_id=model_id, adapters=adapters, runtime=runtime, dp_size=dp_size
+        )
+
+    async def _dp_size(self, worker: WorkerSnapshot) -> int:
+        for path in ("/server_info", "/get_server_info"):
+            status, data = await self.backend.get_json(worker, path, self.timeout_s)
+            if status == 200 and isinstance(data, dict):
+                size = data.get("dp_size")
+                return size if type(size) is int and size > 0 else 1
+        return 1
 
 
 def model_ids(data: object) -> tuple[str, ...]:

@@ -42,9 +42,10 @@ def bearer_key(headers: Mapping[str, str]) -> str | None:
 
 def outgoing_request(
     provider: Provider, path: str, body: bytes, api_key: str | None
-) -> tuple[Outgoing, bool]:
-    """(the vendor's `Outgoing`, whether a stream was asked) for one chat completions body; a
-    400 `ApiError` for another path or what the vendor cannot express."""
+) -> tuple[Outgoing, bool, bool]:
+    """(the vendor's `Outgoing`, whether a stream was asked, whether its usage was asked:
+    `stream_options.include_usage`) for one chat completions body; a 400 `ApiError` for another
+    path or what the vendor cannot express."""
     if path.split("?", 1)[0] != CHAT_PATH:
         raise errors.invalid_request(
             f"{path} is not served by a {provider.name} worker (chat completions only)",
@@ -57,8 +58,10 @@ def outgoing_request(
     if not isinstance(data, dict):
         raise errors.invalid_json("the request body must be a JSON object")
     stream = data.get("stream") is True
+    options = data.get("stream_options")
+    usage = stream and isinstance(options, dict) and options.get("include_usage") is True
     try:
-        return provider.chat_request(data, api_key=api_key, stream=stream), stream
+        return provider.chat_request(data, api_key=api_key, stream=stream), stream, usage
     except ProviderRequestError as exc:
         raise errors.invalid_request(
             exc.message, param=exc.param, code="unsupported_parameter"

@@ -7,7 +7,14 @@
 * `tools` -> `{name, description, input_schema}`; `tool_choice` auto/none/required/named ->
   auto/none/any/tool; `parallel_tool_calls: false` -> `disable_parallel_tool_use`;
 * `max_completion_tokens`, else `max_tokens`, else `DEFAULT_MAX_TOKENS` (Anthropic requires one);
-  `stop` -> `stop_sequences`; temperature, top_p, top_k as they are; `user` -> metadata.user_id.
+  `stop` -> `stop_sequences`; temperature, top_p, top_k as they are; `user` -> metadata.user_id;
+* `reasoning_effort` -> extended thinking, `thinking: {type: enabled, budget_tokens}` with the
+  budget of `THINKING_BUDGET` (minimal and low 1024, Anthropic's least; medium 8192; high 24576,
+  Gemini's budgets for the same words; none: no thinking); `chat_template_kwargs.enable_thinking`
+  (what the Messages surface sends) -> the medium budget. The answer's `max_tokens` covers the
+  thinking, as OpenAI's does the reasoning: without a limit it is the budget plus
+  `DEFAULT_MAX_TOKENS`; a limit at or under the budget cuts the budget to the limit less one, and
+  a limit that leaves under 1024 is a 400 (Anthropic would refuse it too).
 
 Anything else with a non-default value (n > 1, logprobs, penalties, a JSON response format...)
 cannot be said in Messages: a `ProviderRequestError` naming it, never dropped.
@@ -23,6 +30,11 @@ from smg.pipeline.providers.base import ProviderRequestError
 
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; the client gave none
 ANTHROPIC_VERSION = "2023-06-01"
+
+# reasoning_effort -> thinking budget_tokens (documented in the module docstring)
+THINKING_BUDGET = {"none": 0, "minimal": 1024, "low": 1024, "medium": 8192, "high": 24576}
+MIN_THINKING_BUDGET = 1024  # Anthropic refuses less
+TEMPLATE_THINKING = "medium"  # the budget of `chat_template_kwargs.enable_thinking`
 
 _PASSED = ("temperature", "top_p", "top_k")
 # accepted and meaningless here (how the gateway or OpenAI bill and store): left out
@@ -45,6 +57,19 @@ def messages_body(body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
     system, turns = _turns(body.get("messages"))
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     out["max_tokens"] = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    budget = _thinking_budget(body)
+    if budget:
+        if max_tokens is None:
+            out["max_tokens"] = budget + DEFAULT_MAX_TOKENS
+        elif isinstance(max_tokens, int) and max_tokens <= budget:
+            budget = max_tokens - 1
+            if budget < MIN_THINKING_BUDGET:
+                raise ProviderRequestError(
+                    "max_tokens",
+                    f"with reasoning an Anthropic worker needs max_tokens over "
+                    f"{MIN_THINKING_BUDGET} (its least thinking budget); {max_tokens} given",
+                )
+        out["thinking"] = {"type": "enabled", "budget_tokens": budget}
     if system:
         out["system"] = system
     out["messages"] = turns
@@ -64,7 +89,7 @@ def messages_body(body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
     if stream:
         out["stream"] = True
     handled = {*_PASSED, *_IGNORED, "max_tokens", "max_completion_tokens", "stop", "user"}
-    handled |= {"tools", "tool_choice"}
+    handled |= {"tools", "tool_choice", "reasoning_effort", "chat_template_kwargs"}
     for key, value in body.items():
         if key in handled or value is None:
             continue
@@ -72,6 +97,24 @@ def messages_body(body: dict[str, Any], *, stream: bool) -> dict[str, Any]:
             continue
         raise ProviderRequestError(key, f"`{key}` is not supported by an Anthropic worker")
     return out
+
+
+def _thinking_budget(body: dict[str, Any]) -> int:
+    """The thinking budget the request asks for: by `reasoning_effort`, else by
+    `chat_template_kwargs.enable_thinking` (or `thinking`); 0 for none."""
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if effort not in THINKING_BUDGET:
+            raise ProviderRequestError("reasoning_effort", f"unknown reasoning_effort {effort!r}")
+        return THINKING_BUDGET[effort]
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is None:
+        return 0
+    if not isinstance(kwargs, dict):
+        raise ProviderRequestError("chat_template_kwargs", "must be an object")
+    if kwargs.get("enable_thinking") is True or kwargs.get("thinking") is True:
+        return THINKING_BUDGET[TEMPLATE_THINKING]
+    return 0  # other template switches mean nothing to Anthropic
 
 
 def _text_of(content: Any, param: str) -> str:

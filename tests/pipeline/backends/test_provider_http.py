@@ -28,8 +28,14 @@ def test_bearer_key() -> None:
 
 
 def test_outgoing_request_for_chat_and_the_400s() -> None:
-    out, stream = outgoing_request(provider("anthropic"), "/v1/chat/completions", CHAT, "k")
+    out, stream, usage = outgoing_request(provider("anthropic"), "/v1/chat/completions", CHAT, "k")
     assert stream and out.path == "/v1/messages" and out.headers["x-api-key"] == "k"
+    assert not usage
+    asked = orjson.loads(CHAT) | {"stream_options": {"include_usage": True}}
+    _, _, usage = outgoing_request(
+        provider("openai"), "/v1/chat/completions", orjson.dumps(asked), "k"
+    )
+    assert usage
     with pytest.raises(ApiError) as info:
         outgoing_request(provider("openai"), "/generate", CHAT, "k")
     assert (info.value.status, info.value.code) == (400, "unsupported_endpoint")

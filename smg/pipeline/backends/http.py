@@ -16,6 +16,7 @@ it), and streams that never stay silent longer than the idle limit (`IdleTimeout
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -167,7 +168,7 @@ class HttpBackend:
     def provider(self, name: str) -> Provider:
         found = self._providers.get(name)
         if found is None:
-            found = self._providers[name] = provider(name)
+            found = self._providers[name] = provider(name, time.time)
         return found
 
     async def open(

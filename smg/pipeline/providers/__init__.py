@@ -6,12 +6,12 @@ module implements `base.Provider`: an OpenAI chat completions request in, the ve
 out; the vendor's answer (whole or streamed) in, an OpenAI chat completion (or OpenAI error) out.
 The transport shell (smg.pipeline.backends.http and the relay) moves the bytes.
 
-`provider(name)` is the registry; `PROVIDERS` the names it knows.
+`provider(name, now)` is the registry (`now`: the wall clock the answers' `created` reads);
+`PROVIDERS` the names it knows.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from smg.pipeline.providers.anthropic import AnthropicProvider
@@ -37,7 +37,7 @@ class UnknownProvider(ValueError):
         super().__init__(f"unknown provider {name!r}: expected one of {', '.join(PROVIDERS)}")
 
 
-def provider(name: str, now: Callable[[], float] = time.time) -> Provider:
+def provider(name: str, now: Callable[[], float]) -> Provider:
     """The provider called `name`; `UnknownProvider` for a name it does not know."""
     factory = _FACTORIES.get(name)
     if factory is None:

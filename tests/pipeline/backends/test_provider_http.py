@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import orjson
 import pytest
@@ -28,23 +29,25 @@ def test_bearer_key() -> None:
 
 
 def test_outgoing_request_for_chat_and_the_400s() -> None:
-    out, stream, usage = outgoing_request(provider("anthropic"), "/v1/chat/completions", CHAT, "k")
+    out, stream, usage = outgoing_request(
+        provider("anthropic", time.time), "/v1/chat/completions", CHAT, "k"
+    )
     assert stream and out.path == "/v1/messages" and out.headers["x-api-key"] == "k"
     assert not usage
     asked = orjson.loads(CHAT) | {"stream_options": {"include_usage": True}}
     _, _, usage = outgoing_request(
-        provider("openai"), "/v1/chat/completions", orjson.dumps(asked), "k"
+        provider("openai", time.time), "/v1/chat/completions", orjson.dumps(asked), "k"
     )
     assert usage
     with pytest.raises(ApiError) as info:
-        outgoing_request(provider("openai"), "/generate", CHAT, "k")
+        outgoing_request(provider("openai", time.time), "/generate", CHAT, "k")
     assert (info.value.status, info.value.code) == (400, "unsupported_endpoint")
     with pytest.raises(ApiError) as info:
-        outgoing_request(provider("openai"), "/v1/chat/completions", b"[1]", "k")
+        outgoing_request(provider("openai", time.time), "/v1/chat/completions", b"[1]", "k")
     assert info.value.status == 400
     body = orjson.dumps({"model": "m", "messages": [], "logprobs": True})
     with pytest.raises(ApiError) as info:
-        outgoing_request(provider("anthropic"), "/v1/chat/completions", body, "k")
+        outgoing_request(provider("anthropic", time.time), "/v1/chat/completions", body, "k")
     assert (info.value.code, info.value.param) == ("unsupported_parameter", "logprobs")
 
 
@@ -79,16 +82,16 @@ def test_translated_stream_reads_to_done_and_raises_on_a_cut() -> None:
         b'data: {"type":"message_start","message":{"id":"x","usage":{}}}\n\n',
         b'data: {"type":"message_stop"}\n\n',
     )
-    reader = TranslatedStream(Chunks(*events), provider("anthropic").chat_stream("m"))  # type: ignore[arg-type]
+    reader = TranslatedStream(Chunks(*events), provider("anthropic", time.time).chat_stream("m"))  # type: ignore[arg-type]
     assert asyncio.run(_drain(reader)).endswith(b"data: [DONE]\n\n")
-    cut = TranslatedStream(Chunks(events[0]), provider("anthropic").chat_stream("m"))  # type: ignore[arg-type]
+    cut = TranslatedStream(Chunks(events[0]), provider("anthropic", time.time).chat_stream("m"))  # type: ignore[arg-type]
     with pytest.raises(ProviderStreamError):
         asyncio.run(_drain(cut))
 
 
 def test_the_idle_cut_reaches_the_upstream_reader() -> None:
     inner = Chunks(b"x")
-    reader = TranslatedStream(inner, provider("openai").chat_stream("m"))  # type: ignore[arg-type]
+    reader = TranslatedStream(inner, provider("openai", time.time).chat_stream("m"))  # type: ignore[arg-type]
     reader.set_exception(TimeoutError("idle"))
     assert inner.exception() is reader.exception()
     whole = WholeContent(b"body")

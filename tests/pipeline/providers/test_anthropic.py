@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import orjson
 import pytest
@@ -15,10 +16,10 @@ ANTHROPIC = provider("anthropic", now=lambda: 1700000000.0)
 
 
 def test_registry_knows_openai_and_anthropic_and_names_the_unknown() -> None:
-    assert provider("openai").name == "openai"
-    assert provider("anthropic").name == "anthropic"
+    assert provider("openai", time.time).name == "openai"
+    assert provider("anthropic", time.time).name == "anthropic"
     with pytest.raises(UnknownProvider, match=r"unknown provider 'cohere'.*openai, anthropic"):
-        provider("cohere")
+        provider("cohere", time.time)
 
 
 def test_request_carries_system_tools_choice_stop_and_the_vendor_headers() -> None:

@@ -4,6 +4,7 @@ it; the answer's thinking back as `reasoning_content`, whole and streamed."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -73,7 +74,7 @@ def test_bad_values_are_named(fields: dict[str, Any], param: str) -> None:
 
 
 def test_thinking_comes_back_as_reasoning_content_whole_and_streamed() -> None:
-    vendor = provider("anthropic")
+    vendor = provider("anthropic", time.time)
     msg = {"id": "msg_1", "type": "message", "model": "claude", "stop_reason": "end_turn",
            "content": [{"type": "thinking", "thinking": "Hmm, ", "signature": "s"},
                        {"type": "thinking", "thinking": "yes.", "signature": "t"},

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import orjson
 
 from smg.pipeline.providers import provider
 
-OPENAI = provider("openai")
+OPENAI = provider("openai", time.time)
 
 
 def test_request_passes_the_body_with_a_bearer_key() -> None:

@@ -5,6 +5,7 @@ split. Real translators (Anthropic's, Gemini's, the pass-through) on recorded-sh
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import orjson
@@ -103,7 +104,7 @@ ANTHROPIC = b"".join(
 @pytest.mark.parametrize("pieces", PIECES)
 @pytest.mark.parametrize("asked", [False, True])
 def test_anthropic_counts_only_when_asked_in_their_own_chunk(pieces: str, asked: bool) -> None:
-    shaped = UsageShaped(provider("anthropic").chat_stream("claude"), asked)
+    shaped = UsageShaped(provider("anthropic", time.time).chat_stream("claude"), asked)
     out = frames(run(shaped, ANTHROPIC, pieces))
     assert out[-1] == "[DONE]"
     body = out[:-1]
@@ -134,7 +135,7 @@ GEMINI = b"".join(
 
 @pytest.mark.parametrize("asked", [False, True])
 def test_gemini_usage_chunk_only_when_asked(asked: bool) -> None:
-    shaped = UsageShaped(provider("gemini").chat_stream("gemini-x"), asked)
+    shaped = UsageShaped(provider("gemini", time.time).chat_stream("gemini-x"), asked)
     out = frames(run(shaped, GEMINI, "random"))
     counted = [c for c in out[:-1] if not c["choices"]]
     assert [c["usage"]["completion_tokens"] for c in counted] == ([3] if asked else [])

@@ -9,4 +9,21 @@ cd "$(dirname "$0")/.."
 .venv/bin/mypy smg
 # the layer order, the simulator's isolation and zero import cycles (pyproject [tool.importlinter])
 .venv/bin/lint-imports --no-cache --no-logo
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Bytecode (and pytest's rewritten test modules) cached under .venv: with PYTHONDONTWRITEBYTECODE
+# set, every `smg` process the suite starts (and every xdist worker) compiles its imports again.
+export PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
+unset PYTHONDONTWRITEBYTECODE
+# Two phases (tests/support/phases.py): everything but the `serial` tests over SMG_TEST_JOBS
+# xdist workers (most tests wait on processes and timers, so 3 beat 2 cores' worth), each test
+# module on one worker (its module-scoped processes are started once); then the `serial` tests
+# alone, since they measure time, memory or CPU. "$@" narrows both; either failing fails the run.
+# Exit 5 (nothing selected) in one phase is fine when the other ran tests.
+phase() { SMG_TEST_PHASE=$1 .venv/bin/python -m pytest -q -p no:cacheprovider "${@:2}"; }
+rc1=0 rc2=0
+phase parallel -n "${SMG_TEST_JOBS:-3}" --dist loadscope "$@" || rc1=$?
+phase serial -n 0 "$@" || rc2=$?
+if [ "$rc1" = 5 ] && [ "$rc2" = 5 ]; then exit 5; fi
+[ "$rc1" = 5 ] && rc1=0
+[ "$rc2" = 5 ] && rc2=0
+if [ "$rc1" != 0 ]; then exit "$rc1"; fi
+exit "$rc2"

@@ -17,6 +17,8 @@ sys.path.insert(0, str(BENCH))
 import overhead  # noqa: E402
 import stacks  # noqa: E402
 
+pytestmark = pytest.mark.serial  # runs the benches, which time and size what they measure
+
 SITE = "/x/lib/python3.11/site-packages"
 RAW = f"""\
 <module> (smg/__main__.py:5);run (asyncio/runners.py:118);data_received ({SITE}/aiohttp/web_protocol.py:400) 60

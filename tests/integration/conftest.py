@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from typing import Any, TypeVar
 
 import openai
 import pytest
+from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 START_DEADLINE_S = 20.0
@@ -37,20 +37,6 @@ STOP_DEADLINE_S = 5.0
 POLL_S = 0.05
 LOG_TAIL_LINES = 80
 T = TypeVar("T")
-
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now (and not handed out before in this session)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no free loopback port")
 
 
 class ProcessDied(AssertionError):

@@ -13,6 +13,8 @@ import pytest
 
 from .conftest import Gateway, Launcher, Sim, wait_until
 
+pytestmark = pytest.mark.serial  # times queue deadlines in windows of a second
+
 MSGS = [{"role": "user", "content": "admission"}]
 TOKENS_PER_S = 10  # the sim answers max_tokens=N in (N - 1) / 10 s
 

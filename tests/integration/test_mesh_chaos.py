@@ -19,7 +19,8 @@ import pytest
 from .conftest import Launcher, wait_until
 from .test_mesh import Node, add_worker, all_alive, start_node, start_trio
 
-pytestmark = pytest.mark.chaos  # real processes killed, paused and partitioned
+# real processes killed, paused and partitioned; suspicion and gossip timers must not share the CPU
+pytestmark = [pytest.mark.chaos, pytest.mark.serial]
 
 GONE = ("dead", "left", None)
 

@@ -32,7 +32,8 @@ import pytest
 
 from .conftest import REPO, http, wait_until
 
-pytestmark = pytest.mark.chaos  # kernel partitions between network namespaces
+# kernel partitions between network namespaces; suspicion and gossip timers must not share the CPU
+pytestmark = [pytest.mark.chaos, pytest.mark.serial]
 
 KEY = "netns-cluster-key"
 # The nodes serve HTTP beyond loopback (10.x addresses): the admin plane needs a control-plane key.

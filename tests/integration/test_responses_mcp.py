@@ -27,7 +27,9 @@ from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
 from .conftest import Gateway, Launcher, free_port
 
-pytestmark = pytest.mark.integration
+# serial: like tests/mcp_client/test_pool.py, its MCP calls missed their deadlines (the module's
+# gateway never got ready in 20 s) in 2 of 4 xdist runs on the shared box; cause not found yet
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 MODEL = "Qwen3-8B-sim"
 SERVER = str(Path(__file__).parents[1] / "mcp_client" / "mcp_servers.py")

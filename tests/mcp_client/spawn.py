@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from support.listening import listening
+from support.ports import free_port
 
 SERVER = str(Path(__file__).with_name("mcp_servers.py"))
 PATHS = {"streamable-http": "/mcp", "sse": "/sse"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -21,7 +21,9 @@ from smg.mcp_client.pool import McpPool, McpUnavailable
 
 from .spawn import SERVER, free_port
 
-pytestmark = pytest.mark.integration
+# serial: its 5 s tool deadlines were missed (stdio calls timed out) in 3 of 3 runs under xdist
+# on the shared box, never serially; the cause is not found yet
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def _stdio(**kw: object) -> McpServerConfig:

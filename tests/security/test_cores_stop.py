@@ -19,6 +19,8 @@ from integration.conftest import Launcher, assert_openai_error
 
 from smg.pipeline.output import ChoiceState, OutputSpec
 
+pytestmark = pytest.mark.serial  # measures a gateway's memory growth
+
 MB = 1 << 20
 # 4 x 6 KiB stop strings (the count OpenAI allows): each a run that the output keeps matching,
 # with a last character that never comes, so every choice holds a partial match all along

@@ -17,11 +17,14 @@ import tracemalloc
 from dataclasses import dataclass
 
 import psutil
+import pytest
 from integration.conftest import Launcher, wait_until
 
 from smg.config import RoutingConfig
 from smg.pipeline.policies import make_policy
 from smg.pipeline.policies.base import RouteRequest
+
+pytestmark = pytest.mark.serial  # measures a flooded gateway's memory
 
 MB = 1 << 20
 

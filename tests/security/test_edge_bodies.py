@@ -14,6 +14,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from integration.conftest import Launcher, wait_until
 
 from .edge_attacks import (
@@ -25,6 +26,8 @@ from .edge_attacks import (
     request_head,
     rss_mb,
 )
+
+pytestmark = pytest.mark.serial  # measures RSS peaks and answer times
 
 MSGS = [{"role": "user", "content": "hello"}]
 RSS_BOUND_MB = 200

@@ -24,6 +24,8 @@ from .edge_attacks import (
     request_head,
 )
 
+pytestmark = pytest.mark.serial  # times idle and slow-client deadlines
+
 MSGS = [{"role": "user", "content": "hello"}]
 
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from integration.conftest import Launcher, wait_until
 
 from .edge_attacks import BigBody, NonReaders, RssWatch, Slowloris, rss_mb
+
+pytestmark = pytest.mark.serial  # times a normal client under a flood
 
 MSGS = [{"role": "user", "content": "are you still there?"}]
 

@@ -19,6 +19,8 @@ from integration.conftest import Gateway, Launcher
 from .clients import NoEnd, bounded_request
 from .hostile import hostile_worker
 
+pytestmark = pytest.mark.serial  # measures memory and deadlines
+
 MESSAGES = [{"role": "user", "content": "how big"}]
 LIMIT = 80 << 20  # RSS growth allowed while one answer is cut at the default 32 MiB cap
 

@@ -15,14 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from support.listening import listening
+from support.ports import free_port
 
 STARTUP_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_postgres_user(argv: list[str]) -> list[str]:

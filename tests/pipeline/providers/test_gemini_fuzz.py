@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.pipeline.providers.base import ProviderRequestError, ProviderStreamError
 from smg.pipeline.providers.gemini import Gemini
@@ -67,7 +68,7 @@ REQUEST = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(REQUEST, st.booleans())
 def test_any_request_is_mapped_or_refused_by_name(body: dict[str, Any], stream: bool) -> None:
     try:
@@ -78,7 +79,7 @@ def test_any_request_is_mapped_or_refused_by_name(body: dict[str, Any], stream: 
         assert isinstance(orjson.loads(out.body), dict)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(JSON, st.sampled_from([200, 400, 429, 500, 503]))
 def test_any_answer_is_a_completion_or_an_error(data: Any, status: int) -> None:
     got, body = gemini().chat_answer(status, orjson.dumps(data))
@@ -86,7 +87,7 @@ def test_any_answer_is_a_completion_or_an_error(data: Any, status: int) -> None:
     assert ("choices" in answer) if got == 200 else ("error" in answer)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.lists(JSON, max_size=5))
 def test_any_stream_gives_frames_then_done_or_a_stream_error(frames: list[Any]) -> None:
     translator = gemini().chat_stream("g")

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.pipeline.chat_answer import SseReader, chunk_step
 from smg.pipeline.providers.base import ProviderStreamError
@@ -154,7 +155,7 @@ def test_every_split_of_the_recorded_stream_gives_the_same_frames() -> None:
     assert run([RECORDED[i : i + 1] for i in range(len(RECORDED))]) == whole
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=len(RECORDED)), max_size=12))
 def test_random_chunkings_give_the_same_frames(cuts: list[int]) -> None:
     bounds = [0, *sorted(cuts), len(RECORDED)]

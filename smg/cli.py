@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import os
 import re
 import sys
@@ -22,6 +23,18 @@ from smg.config.not_yet import ANY, NOT_YET, NOT_YET_VALUES, ONE, SOME, NotYet, 
 from smg.process import run_until_signal, until_stopped
 
 COMMANDS = ("launch", "node", "sim", "dev")
+# the name on PyPI (`smg` there is the Rust gateway); the import package and the command stay `smg`
+DISTRIBUTION = "pysmg"
+
+
+def version_line() -> str:
+    """`pysmg 0.1.0`: the installed distribution's version, else the checkout's `__version__`."""
+    try:
+        return f"{DISTRIBUTION} {importlib.metadata.version(DISTRIBUTION)}"
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        from smg import __version__
+
+        return f"{DISTRIBUTION} {__version__} (not installed)"
 
 
 def _flag(f: dataclasses.Field[Any]) -> str:
@@ -260,20 +273,51 @@ class _HelpFormatter(argparse.HelpFormatter):
         )
 
 
+class _Version(argparse.Action):
+    """`--version`: print `version_line()` and exit 0; looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="Print the distribution name and version, and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """`--version` (`smg --version` means `smg launch --version`, as `smg` means `smg launch`)."""
+    parser.add_argument("--version", action=_Version)
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="smg", description="smg: an LLM model gateway", formatter_class=_HelpFormatter
     )
+    add_version_flag(parser)
     sub = parser.add_subparsers(dest="command")
     launch = sub.add_parser(
         "launch", help="Run the gateway (the default command)", formatter_class=_HelpFormatter
     )
+    add_version_flag(launch)
     add_gateway_flags(launch)
     node = sub.add_parser(
         "node",
         help="Run the gateway as a mesh node: `smg node --join HOST:PORT[,HOST:PORT]`",
         formatter_class=_HelpFormatter,
     )
+    add_version_flag(node)
     add_gateway_flags(node)
     sim = sub.add_parser("sim", help="Run a simulated worker (HTTP) or engine (--grpc)")
     add_section(sim, SimConfig, "sim.")

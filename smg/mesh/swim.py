@@ -72,7 +72,10 @@ class SwimNode(Membership):
         self._next_gossip_s = 0.0
         self._next_push_pull_s = 0.0
         self._next_reconnect_s = 0.0
-        self._join_seeds: list[str] = []  # re-sent each probe interval until a PushPull
+        # seeds not met yet: joined again each probe interval while this node is alone, then
+        # each reconnect interval until every one is a member (one met seed does not end the
+        # joins to the others: nodes started before their seed would form a cluster without it)
+        self._join_seeds: list[str] = []
 
     # --- commands ----------------------------------------------------------------------------
     def join(self, now: float, seed_addrs: list[str]) -> list[Effect]:
@@ -115,8 +118,8 @@ class SwimNode(Membership):
             self._next_reconnect_s = now + self.rng.uniform(0, self.cfg.reconnect_interval_s)
         self._tick_relays(now, out)
         if not self.leaving:
-            if self._join_seeds and now >= self._next_probe_s:
-                out.extend(self.join(now, self._join_seeds))
+            if self._join_seeds and now >= self._next_probe_s and self._alone():
+                out.extend(self._rejoin(now))
             self._tick_probe(now, out)
             self._tick_suspicions(now)
             self._tick_anti_entropy(now, out)
@@ -239,9 +242,25 @@ class SwimNode(Membership):
                 out.append(self._push_pull(self.rng.choice(alive).addr))
         if now >= self._next_reconnect_s:
             self._next_reconnect_s = now + self.cfg.reconnect_interval_s
+            if self._join_seeds:
+                out.extend(self._rejoin(now))
             target = self._reconnect_target(now)
             if target is not None:
                 out.append(self._push_pull(target.addr))
+
+    def _alone(self) -> bool:
+        return not any(
+            m.state == State.ALIVE and m.addr != self.addr for m in self._members.values()
+        )
+
+    def _rejoin(self, now: float) -> list[Effect]:
+        """Join the seeds not met yet (none left: joining is over)."""
+        known = {m.addr for m in self._members.values()}
+        unmet = [a for a in self._join_seeds if a not in known]
+        if not unmet:
+            self._join_seeds = []
+            return []
+        return self.join(now, unmet)
 
     def _reconnect_target(self, now: float) -> Member | None:
         """serf's reconnect: attempt with probability dead/alive, so that the cluster as a
@@ -274,7 +293,6 @@ class SwimNode(Membership):
         carries any refutation the merge caused (memberlist answers before merging)."""
         out: list[Effect] = []
         if isinstance(message, PushPull):
-            self._join_seeds = []
             self.merge(now, message.updates)
             if message.reply:
                 table = self.table()
@@ -312,7 +330,6 @@ class SwimNode(Membership):
                 # Full tables exceed a UDP packet past ~20 members: answer over TCP.
                 out.append(Stream(addr, PushPull(self.node_id, self.addr, self.table(), False)))
             case StateSync(updates):  # kept decodable for older peers; same as a merge
-                self._join_seeds = []
                 self.merge(now, updates)
             case Alive():
                 self._on_alive(now, msg)

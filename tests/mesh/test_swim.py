@@ -102,3 +102,17 @@ def test_answers_to_unknown_addresses_carry_no_gossip() -> None:
     assert [e.message for e in stranger] == [Ack(7)]
     member = node.receive(0.2, "10.0.0.2:1", Ping(8, "a@1"))
     assert isinstance(member[0].message, Compound)  # members still get the piggybacked gossip
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_seed_that_starts_after_its_joiners_have_met_is_still_joined(seed: int) -> None:
+    """n1 and n2 start first (n1's seed is n0; n2's are n0 and n1) and meet each other; n0, the
+    seed both name, starts seconds later with no seeds of its own. Meeting one seed must not
+    end the joins to the others: the three converge (the netns test's order, slowed down)."""
+    net = SimNet(seed=seed)
+    net.add("n1", ("n0",))
+    net.add("n2", ("n0", "n1"))
+    assert net.run_until(5.0, lambda: "n1" in net.nodes["n2"].members())
+    net.run_until(net.now + 5.0)
+    net.add("n0")
+    assert net.run_until(net.now + 60.0, lambda: _all_alive(net))

@@ -38,6 +38,7 @@ from smg.pipeline.backends.provider_http import (
 )
 from smg.pipeline.providers import provider
 from smg.pipeline.providers.base import Provider, ProviderStreamError
+from smg.pipeline.providers.openai import model_ids
 from smg.pipeline.providers.stream_usage import UsageShaped
 
 log = structlog.get_logger("smg.http")
@@ -404,15 +405,6 @@ class HttpProber:
                 size = data.get("dp_size")
                 return size if type(size) is int and size > 0 else 1
         return 1
-
-
-def model_ids(data: object) -> tuple[str, ...]:
-    """The ids of an OpenAI model list (`{"data": [{"id": ...}, ...]}`), in order, once each."""
-    items = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        return ()
-    ids = (item.get("id") for item in items if isinstance(item, dict))
-    return tuple(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
 
 
 # `owned_by` of a server's /v1/models entry -> its runtime (the Rust gateway's detection).

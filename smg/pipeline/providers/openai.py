@@ -69,6 +69,11 @@ def listed_ids(status: int, body: bytes) -> tuple[str, ...]:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return ()
+    return model_ids(data)
+
+
+def model_ids(data: object) -> tuple[str, ...]:
+    """The ids of an OpenAI model list (`{"data": [{"id": ...}, ...]}`), in order, once each."""
     items = data.get("data") if isinstance(data, dict) else None
     if not isinstance(items, list):
         return ()

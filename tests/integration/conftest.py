@@ -32,7 +32,9 @@ import pytest
 from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-START_DEADLINE_S = 20.0
+# Generous: on 2 cores with 3 test workers each starting engines, a process has once taken
+# over 20 s to start listening (CI, gateway log still empty). A passing start takes ~1-3 s.
+START_DEADLINE_S = 45.0
 STOP_DEADLINE_S = 5.0
 POLL_S = 0.05
 LOG_TAIL_LINES = 80
@@ -206,10 +208,21 @@ class Proc:
         self.signal(signal.SIGKILL)
         self.popen.wait(STOP_DEADLINE_S)
 
+    def dump_stacks(self) -> None:
+        """SIGABRT a process that is stuck: faulthandler (PYTHONFAULTHANDLER) writes every
+        thread's stack to its log, which the failure report shows."""
+        if self.alive:
+            self.popen.send_signal(signal.SIGABRT)
+            try:
+                self.popen.wait(STOP_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                pass
+
 
 def _spawn(name: str, argv: list[str], log_path: Path) -> Proc:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMG_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a stuck process's stacks on SIGABRT (Proc.dump_stacks)
     with open(log_path, "ab") as log:
         popen = subprocess.Popen(
             [sys.executable, "-m", "smg", *argv],
@@ -371,7 +384,13 @@ class Gateway:
             healthy = [w for w in self.workers() if w["status"] == "ready"]
             return len(healthy) >= n and self.request("GET", "/readiness").status == 200
 
-        wait_until(ready, timeout_s, f"{self.proc.name}: {n} ready worker(s)")
+        try:
+            wait_until(ready, timeout_s, f"{self.proc.name}: {n} ready worker(s)")
+        except ProcessDied:
+            raise
+        except AssertionError:
+            self.proc.dump_stacks()
+            raise
 
     def metrics(self) -> list[tuple[str, dict[str, str], float]]:
         url = f"{self.scheme}://127.0.0.1:{self.metrics_port}/metrics"

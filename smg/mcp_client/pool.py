@@ -42,9 +42,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import Any, Protocol
-
-from mcp.shared.exceptions import MCPError
+from typing import TYPE_CHECKING, Any, Protocol
 
 from smg.clock import Clock
 from smg.config.knobs import ConfigError
@@ -58,7 +56,6 @@ from smg.mcp_client.connection import (
     list_all,
     log,
 )
-from smg.mcp_client.guarded_http import Resolve
 from smg.mcp_client.outputs import (
     DEFAULT_MAX_CHARS,
     PROTOCOL_ERROR,
@@ -71,6 +68,9 @@ from smg.mcp_client.outputs import (
     result_output,
 )
 from smg.mcp_client.server_url import InvalidServerUrl, parse_server_url
+
+if TYPE_CHECKING:  # the SDK and its httpx load with the first session (connection.py)
+    from smg.mcp_client.guarded_http import Resolve
 
 __all__ = [
     "InvalidServerUrl",
@@ -293,6 +293,8 @@ class McpPool:
         return tools
 
     async def _call(self, conn: Connection, tool: str, arguments: Mapping[str, Any]) -> ToolOutput:
+        from mcp.shared.exceptions import MCPError  # loaded by now: a session was opened
+
         server = conn.name
         timeout_s = conn.cfg.request_timeout_secs
         try:

@@ -20,7 +20,8 @@ unset PYTHONDONTWRITEBYTECODE
 # Exit 5 (nothing selected) in one phase is fine when the other ran tests.
 phase() { SMG_TEST_PHASE=$1 .venv/bin/python -m pytest -q -p no:cacheprovider "${@:2}"; }
 rc1=0 rc2=0
-phase parallel -n "${SMG_TEST_JOBS:-3}" --dist loadscope "$@" || rc1=$?
+# --durations: the slowest tests in the log (where the suite's time goes)
+phase parallel -n "${SMG_TEST_JOBS:-3}" --dist loadscope --durations=15 "$@" || rc1=$?
 phase serial -n 0 "$@" || rc2=$?
 if [ "$rc1" = 5 ] && [ "$rc2" = 5 ]; then exit 5; fi
 [ "$rc1" = 5 ] && rc1=0

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
 import os
 import re
 import sys
@@ -29,6 +28,8 @@ DISTRIBUTION = "pysmg"
 
 def version_line() -> str:
     """`pysmg 0.1.0`: the installed distribution's version, else the checkout's `__version__`."""
+    import importlib.metadata  # ~0.1 s to import: only for --version
+
     try:
         return f"{DISTRIBUTION} {importlib.metadata.version(DISTRIBUTION)}"
     except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
@@ -324,7 +325,7 @@ def make_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--grpc", action="store_true", help="Serve the engines' gRPC contract instead of HTTP"
     )
-    from smg.sim.grpc_cli import add_grpc_sim_args
+    from smg.sim.grpc_flags import add_grpc_sim_args
 
     add_grpc_sim_args(sim)
     dev = sub.add_parser("dev", help="Gateway on 127.0.0.1:30000 in front of simulated workers")

@@ -1,7 +1,7 @@
 """Cluster-wide rate limiting over a Replica: fixed windows, per caller, pure.
 
 Each node counts what it admitted per caller in the current window ``w = floor(now / window_s)``
-and ``flush(now)`` publishes ONE key per node (subkey ``"rl"``) holding
+and ``flush(now)`` (coalesced: see FLUSH_EVERY) publishes ONE key per node (subkey ``"rl"``) holding
 ``[w, {caller: admitted}, {caller: demand in w-1} | None]``. One key per node rather than one per
 caller per node: overwriting a single key leaves one squashed tombstone range (bounded, ~35 B
 measured), whereas interleaved overwrites of many keys cost ~key length + 6 B each, forever, until
@@ -50,6 +50,12 @@ MAX_CALLER_CHARS = 512
 MAX_COUNT = 2**31
 FORECAST_MARGIN = 1.1
 RAMP_FRACTION = 0.5  # borrowing opens up over half a window from reaching the fair share
+# Publishing is coalesced: every change goes to every peer, so a value per tick (20/s under
+# load) was the mesh's largest cost as the cluster grew (docs/scale.md). A count is published at
+# once when the window rolls or a caller's count moved by FLUSH_STEP of its fair share since the
+# last value, else at most FLUSH_EVERY of a window late.
+FLUSH_EVERY = 0.25
+FLUSH_STEP = 0.05
 
 
 class ClusterRateLimiter:
@@ -70,6 +76,8 @@ class ClusterRateLimiter:
         self._prev: dict[str, int] | None = None  # None: we were not up for the whole last one
         self._peers: tuple[int, dict[str, tuple[int, dict[str, int], dict[str, int] | None]]]
         self._peers = (-1, {})
+        self._live_nodes = 1  # as the last try_acquire saw it: sizes the fair share
+        self._flushed: tuple[int, float, dict[str, int]] | None = None  # window, when, counts
 
     def window_of(self, now: float) -> int:
         return math.floor(now / self.window_s)
@@ -127,6 +135,7 @@ class ClusterRateLimiter:
         w = self._roll(now)
         mine = self._counts.get(caller, 0)
         fair = self.limit / max(1, live_nodes)
+        self._live_nodes = live_nodes
         self._demand[caller] = self._demand.get(caller, 0) + 1
         if mine + 1 <= fair:
             self._counts[caller] = mine + 1
@@ -156,8 +165,21 @@ class ClusterRateLimiter:
         """Publish this node's counters for the current window (idle nodes publish too: peers
         read an empty window as 'idle', a missing one as 'unknown, reserve a fair share')."""
         w = self._roll(now)
+        counts = _busiest(self._counts)
+        if not self._due(w, now, counts):
+            return
+        self._flushed = (w, now, counts)
         prev = None if self._prev is None else _busiest(self._prev)
-        self.replica.put(SUBKEY, [w, _busiest(self._counts), prev])
+        self.replica.put(SUBKEY, [w, counts, prev])
+
+    def _due(self, w: int, now: float, counts: dict[str, int]) -> bool:
+        if self._flushed is None:
+            return True
+        window, at, published = self._flushed
+        if window != w or now - at >= FLUSH_EVERY * self.window_s:
+            return True
+        step = max(1.0, FLUSH_STEP * self.limit / max(1, self._live_nodes))
+        return any(n - published.get(c, 0) >= step for c, n in counts.items())
 
     def totals(self, now: float) -> dict[str, int]:
         """Per caller: this node's count plus every other node's last-seen count, this window."""

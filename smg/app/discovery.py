@@ -1,0 +1,99 @@
+"""Kubernetes worker discovery in the gateway: the rules from the launch flags, and the
+discovery actor started under the core supervisor once the registry runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import structlog
+
+from smg.actors.discovery import DiscoveryActor, DiscoveryMetrics, PodSource
+from smg.actors.kube_pods import KubePods
+from smg.actors.runtime import ActorRef
+from smg.actors.supervisor import ChildSpec, Supervisor
+from smg.app.outbound import startup_workers
+from smg.config import GatewayConfig, replace_path
+from smg.config.discovery import (
+    check_discovery,
+    check_interval_s,
+    discovery_enabled,
+    parse_model_id_from,
+    parse_selector,
+)
+from smg.core.pods import Rules, list_selector
+from smg.core.snapshots import RegistrySnapshot, SnapshotCell
+
+log = structlog.get_logger("smg.discovery")
+
+
+def with_discovery(cfg: GatewayConfig) -> GatewayConfig:
+    """Checks the discovery flags; with discovery on, IGW mode on (as the Rust gateway does)."""
+    check_discovery(cfg.discovery, pd=cfg.pd.pd_disaggregation)
+    if discovery_enabled(cfg.discovery) and not cfg.routing.enable_igw:
+        log.info("igw_enabled", reason="service discovery is on")
+        return replace_path(cfg, "routing", enable_igw=True)
+    return cfg
+
+
+def discovery_rules(cfg: GatewayConfig) -> Rules:
+    """Discovered workers speak what the command-line workers speak: gRPC when one of them is
+    grpc:// (grpcs://), else HTTP (the Rust gateway's connection mode)."""
+    scheme = "http"
+    for msg in startup_workers(cfg):
+        head = msg.url.split("://", 1)[0]
+        if head in ("grpc", "grpcs"):
+            scheme = head
+            break
+    d = cfg.discovery
+    return Rules(
+        selector=parse_selector(d.selector, "--selector"),
+        port=d.service_discovery_port,
+        scheme=scheme,
+        pd=cfg.pd.pd_disaggregation,
+        prefill_selector=parse_selector(d.prefill_selector, "--prefill-selector"),
+        decode_selector=parse_selector(d.decode_selector, "--decode-selector"),
+        model_id_from=parse_model_id_from(d.model_id_from),
+    )
+
+
+async def start_discovery(
+    cfg: GatewayConfig,
+    core: Supervisor,
+    registry: ActorRef,
+    registry_cell: SnapshotCell[RegistrySnapshot],
+    metrics: DiscoveryMetrics,
+    rng: random.Random,
+) -> ActorRef | None:
+    if not discovery_enabled(cfg.discovery):
+        return None
+    rules = discovery_rules(cfg)
+    namespace = cfg.discovery.service_discovery_namespace
+    selector = list_selector(rules)
+
+    async def connect() -> PodSource:
+        return await KubePods.connect(namespace, selector)
+
+    log.info(
+        "discovery_starting",
+        namespace=namespace or "(all)",
+        selector=selector,
+        port=rules.port,
+        pd=rules.pd,
+        rules=dataclasses.asdict(rules),
+    )
+    return await core.start_child(
+        ChildSpec(
+            "discovery",
+            lambda: DiscoveryActor(
+                rules=rules,
+                connect=connect,
+                registry=registry,
+                registry_cell=registry_cell,
+                metrics=metrics,
+                interval_s=float(check_interval_s(cfg.discovery)),
+                rng=rng,
+            ),
+            capacity=16,
+        )
+    )

@@ -35,7 +35,9 @@ _ASK_TIMEOUT_S = 10.0
 
 class PodSource(Protocol):
     async def list(self) -> tuple[list[Any], str]: ...
-    def watch(self, resource_version: str) -> AsyncIterator[Any]: ...
+    def watch(
+        self, resource_version: str, on_open: Callable[[], None] | None = None
+    ) -> AsyncIterator[Any]: ...
     async def close(self) -> None: ...
 
 
@@ -66,7 +68,7 @@ class DiscoveryMetrics:
         )  # fmt: skip
         self.watch_restarts = Counter(
             "smg_discovery_watch_restarts",
-            "Pod watch streams resumed (reason: dropped, error) or re-listed (gone)",
+            "Pod watch streams resumed (reason: dropped) or re-listed after 410 Gone (gone)",
             ["source", "reason"],
             registry=reg,
         )
@@ -105,6 +107,7 @@ class DiscoveryActor(Actor):
         self.informer = Informer()
         self.owned: dict[str, Owned] = {}
         self._pending = False
+        self._attempt = 0  # failures in a row: the backoff's exponent
 
     async def on_start(self) -> None:
         # a restarted actor takes back the workers it added before (their pod labels say so)
@@ -134,7 +137,6 @@ class DiscoveryActor(Actor):
             self.ref.tell(RECONCILE)
 
     async def _watch(self) -> None:
-        attempt = 0
         source: PodSource | None = None
         try:
             while source is None:
@@ -142,9 +144,8 @@ class DiscoveryActor(Actor):
                     source = await self.connect()
                 except Exception as exc:  # no config yet, unreadable token: keep trying
                     log.warning("discovery_config_failed", error=str(exc)[:300])
-                    await self.clock.sleep(self.backoff.delay_s(attempt, self.rng))
-                    attempt += 1
-            attempt = 0
+                    await self._back_off()
+            self._attempt = 0
             relist = True
             while True:
                 try:
@@ -152,47 +153,44 @@ class DiscoveryActor(Actor):
                         items, rv = await source.list()
                         self._changed(self.informer.relisted(items, rv))
                         relist = False
-                    relist, saw = await self._follow(source)
-                    if relist:
+                    if await self._follow(source):
+                        relist = True
                         self.metrics.watch_restarts.labels(SOURCE, "gone").inc()
                         log.info("discovery_relist", reason="410 Gone")
                         continue
-                    if saw:
-                        attempt = 0
-                        continue  # the server ended the watch (timeoutSeconds): resume at once
                     reason = "ended"
                 except Gone:
                     relist, reason = True, "410 Gone"
                 except Exception as exc:
                     reason = f"{type(exc).__name__}: {str(exc)[:200]}"
-                self.metrics.watch_restarts.labels(SOURCE, "error").inc()
-                delay = self.backoff.delay_s(attempt, self.rng)
-                attempt += 1
-                log.info("discovery_watch_retry", reason=reason, delay_s=round(delay, 3))
-                await self.clock.sleep(delay)
+                self.metrics.watch_restarts.labels(SOURCE, "dropped").inc()
+                log.info("discovery_watch_retry", reason=reason, attempt=self._attempt)
+                await self._back_off()
         finally:
             if source is not None:
                 await source.close()
 
-    async def _follow(self, source: PodSource) -> tuple[bool, bool]:
-        """Watch from the informer's resourceVersion until the stream ends: (relist, saw an
-        event). A drop raises (the caller backs off unless events were flowing)."""
-        saw = False
+    async def _back_off(self) -> None:
+        """Wait before the next try: short after a stream that was accepted (the attempt count
+        was reset then), growing while the API keeps failing."""
+        delay = self.backoff.delay_s(self._attempt, self.rng)
+        self._attempt += 1
+        await self.clock.sleep(delay)
+
+    def _opened(self) -> None:
+        self._attempt = 0
+
+    async def _follow(self, source: PodSource) -> bool:
+        """Watch from the informer's resourceVersion until the stream ends or drops (raises);
+        True when the server says the version is gone (410: list again)."""
         rv = self.informer.resource_version
         assert rv is not None
-        try:
-            async for ev in source.watch(rv):
-                step = self.informer.event(ev)
-                if step is Step.RELIST:
-                    return True, saw
-                saw = True
-                self._changed(step)
-        except Exception:
-            if saw:  # events were flowing: resume from the last resourceVersion at once
-                self.metrics.watch_restarts.labels(SOURCE, "dropped").inc()
-                return False, True
-            raise
-        return False, saw
+        async for ev in source.watch(rv, self._opened):
+            step = self.informer.event(ev)
+            if step is Step.RELIST:
+                return True
+            self._changed(step)
+        return False
 
     # --- the reconcile --------------------------------------------------------------------------
     async def _reconcile(self) -> None:

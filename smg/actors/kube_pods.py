@@ -12,7 +12,7 @@ after `watch_timeout_s` and gives up reading after that plus a margin.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,9 +119,12 @@ class KubePods:
             raise KubeError("pod list without items or resourceVersion")
         return items, rv
 
-    async def watch(self, resource_version: str) -> AsyncIterator[Any]:
+    async def watch(
+        self, resource_version: str, on_open: Callable[[], None] | None = None
+    ) -> AsyncIterator[Any]:
         """The watch events from `resource_version` (bookmarks on), one parsed JSON object per
-        line, until the server ends the stream or it drops (aiohttp's error then)."""
+        line, until the server ends the stream or it drops (aiohttp's error then). `on_open` is
+        called once the server has accepted the watch (200)."""
         timeout = aiohttp.ClientTimeout(
             sock_connect=self.connect_timeout_s, sock_read=self.watch_timeout_s + 30
         )
@@ -132,6 +135,8 @@ class KubePods:
             resource_version=resource_version,
             timeout_seconds=self.watch_timeout_s,
         )
+        if on_open is not None:
+            on_open()
         try:
             async for line in resp.content:  # lines bounded by the client's read buffer
                 if line.strip():

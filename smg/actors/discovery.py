@@ -22,10 +22,11 @@ from smg.actors.kube_pods import Gone
 from smg.actors.messages import AddWorker, RemoveWorker
 from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import Actor, ActorRef, ActorStopped, AskTimeout
-from smg.config.discovery import POD_NAME_LABEL, POD_UID_LABEL
+from smg.config.discovery import DISCOVERED_BY_LABEL, POD_NAME_LABEL, POD_UID_LABEL
 from smg.core.informer import Backoff, Informer, Step
 from smg.core.pods import Owned, Rules, desired_workers, plan
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
+from smg.core.worker_urls import InvalidWorkerUrl
 
 log = structlog.get_logger("smg.discovery")
 
@@ -93,6 +94,8 @@ class DiscoveryActor(Actor):
         metrics: DiscoveryMetrics,
         interval_s: float,
         rng: random.Random,
+        boot_id: str,
+        check_url: Callable[[str], object] | None = None,
         backoff: Backoff = Backoff(),
     ) -> None:
         super().__init__()
@@ -104,16 +107,20 @@ class DiscoveryActor(Actor):
         self.interval_s = interval_s
         self.rng = rng
         self.backoff = backoff
+        self.boot_id = boot_id  # this process's mark on the workers it adds
+        self.check_url = check_url  # the worker address policy (raises InvalidWorkerUrl)
+        self._refused: set[str] = set()  # URLs the policy refused (logged once)
         self.informer = Informer()
         self.owned: dict[str, Owned] = {}
         self._pending = False
         self._attempt = 0  # failures in a row: the backoff's exponent
 
     async def on_start(self) -> None:
-        # a restarted actor takes back the workers it added before (their pod labels say so)
+        # a restarted actor takes back the workers this process's discovery added before (their
+        # labels say so); another gateway's (imported through the mesh) are not its own
         for w in self.registry_cell.value.workers:
             labels = dict(w.labels)
-            if POD_UID_LABEL in labels:
+            if labels.get(DISCOVERED_BY_LABEL) == self.boot_id and POD_UID_LABEL in labels:
                 self.owned[w.url] = Owned(w.worker_id, labels[POD_UID_LABEL])
         self.spawn(self._watch(), name="discovery-watch")
         self.every(self.interval_s, RECONCILE)
@@ -192,6 +199,21 @@ class DiscoveryActor(Actor):
             self._changed(step)
         return False
 
+    def _allowed(self, url: str) -> bool:
+        """The address policy POST /workers applies (--worker-url-allowlist/denylist)."""
+        if self.check_url is None:
+            return True
+        try:
+            self.check_url(url)
+        except InvalidWorkerUrl as exc:
+            if url not in self._refused:
+                self._refused.add(url)
+                self.metrics.registrations.labels(SOURCE, "failed").inc()
+                log.warning("discovery_url_refused", url=url, error=str(exc))
+            return False
+        self._refused.discard(url)
+        return True
+
     # --- the reconcile --------------------------------------------------------------------------
     async def _reconcile(self) -> None:
         start = self.clock.now()
@@ -216,12 +238,19 @@ class DiscoveryActor(Actor):
             self.metrics.deregistrations.labels(SOURCE, "reconciled").inc()
             log.info("discovery_worker_removed", url=url, worker_id=owned.worker_id)
         for d in todo.add:
+            if not self._allowed(d.url):
+                continue
+            labels = (
+                (DISCOVERED_BY_LABEL, self.boot_id),
+                (POD_NAME_LABEL, d.pod_name),
+                (POD_UID_LABEL, d.pod_uid),
+            )
             msg = AddWorker(
                 url=d.url,
                 worker_type=d.worker_type,
                 model_id=d.model_id,
                 bootstrap_port=d.bootstrap_port,
-                labels=((POD_NAME_LABEL, d.pod_name), (POD_UID_LABEL, d.pod_uid)),
+                labels=labels,
             )
             try:
                 snap = await self.registry.ask(msg, _ASK_TIMEOUT_S)

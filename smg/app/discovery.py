@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import uuid
 
 import structlog
 
@@ -23,6 +24,7 @@ from smg.config.discovery import (
 )
 from smg.core.pods import Rules, list_selector
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
+from smg.pipeline.backends.address_guard import AddressGuard
 
 log = structlog.get_logger("smg.discovery")
 
@@ -64,12 +66,14 @@ async def start_discovery(
     registry_cell: SnapshotCell[RegistrySnapshot],
     metrics: DiscoveryMetrics,
     rng: random.Random,
+    guard: AddressGuard,
 ) -> ActorRef | None:
     if not discovery_enabled(cfg.discovery):
         return None
     rules = discovery_rules(cfg)
     namespace = cfg.discovery.service_discovery_namespace
     selector = list_selector(rules)
+    boot_id = uuid.uuid4().hex[:12]  # this process's discovery: survives the actor's restarts
 
     async def connect() -> PodSource:
         return await KubePods.connect(namespace, selector)
@@ -93,6 +97,8 @@ async def start_discovery(
                 metrics=metrics,
                 interval_s=float(check_interval_s(cfg.discovery)),
                 rng=rng,
+                boot_id=boot_id,
+                check_url=guard.policy.check,  # pod IPs are literal: no resolving
             ),
             capacity=16,
         )

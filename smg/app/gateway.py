@@ -299,7 +299,13 @@ class Gateway:
                 await self.mesh.start(core, registry, self.registry_cell, self.events)
                 await self._register_startup_workers()
                 await start_discovery(
-                    self.cfg, core, registry, self.registry_cell, self.discovery_metrics, self.rng
+                    self.cfg,
+                    core,
+                    registry,
+                    self.registry_cell,
+                    self.discovery_metrics,
+                    self.rng,
+                    self.url_guard,
                 )
                 try:
                     # the MCP servers' sessions (opened on first use) live as long as serving

@@ -12,6 +12,7 @@ WORKER_PORTS_ANNOTATION = "smg.ai/worker-ports"  # "8000,8001": one worker per p
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"  # a prefill pod's KV bootstrap port(s)
 POD_NAME_LABEL = "smg.ai/pod-name"  # set on every discovered worker's labels
 POD_UID_LABEL = "smg.ai/pod-uid"
+DISCOVERED_BY_LABEL = "smg.ai/discovered-by"  # the boot that added it (smg's own, not Rust's)
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,6 +69,7 @@ def cluster(module_launch: Launcher, tmp_path_factory: pytest.TempPathFactory) -
             selector=["app=sim", "tier=gpu"],
             service_discovery_namespace="default",
             service_discovery_port=port,
+            worker_url_denylist=["127.0.0.9/32"],
         )
         yield Cluster(api, gw, port)
 
@@ -118,6 +119,50 @@ def test_a_deleted_pods_worker_is_gone_within_a_second(cluster: Cluster) -> None
         gw.metric("smg_discovery_deregistrations_total", source="kubernetes", reason="reconciled")
         == 1
     )
+
+
+def test_unready_relabelled_terminating_and_denied_pods_are_not_workers(cluster: Cluster) -> None:
+    api, gw, port = cluster.api, cluster.gw, cluster.port
+    url = f"http://{IPS[1]}:{port}"
+    # a worker added by POST /workers is not discovery's: no pod stands for it, it stays
+    manual = f"http://{IPS[2]}:{port}"
+    assert gw.request("POST", "/workers", {"url": manual, "model_id": MODEL}).status == 202
+
+    def gone() -> bool:
+        return gw.worker_by_url(url) is None
+
+    def back() -> bool:
+        return url in serving(gw)
+
+    api.update_pod("sim-1", ready=False)
+    wait_until(gone, 2.0, "unready pod's worker removed", interval_s=0.02)
+    api.update_pod("sim-1", ready=True)
+    wait_until(back, 10.0, "ready again: its worker back")
+    api.update_pod("sim-1", labels={"app": "sim"})  # no longer tier=gpu
+    wait_until(gone, 2.0, "relabelled pod's worker removed", interval_s=0.02)
+    api.update_pod("sim-1", labels=LABELS)
+    wait_until(back, 10.0, "matching again: its worker back")
+    api.terminate_pod("sim-1")  # deletionTimestamp set, still running
+    wait_until(gone, 2.0, "terminating pod's worker removed", interval_s=0.02)
+    api.delete_pod("sim-1")
+    api.create_pod("sim-1", ip=IPS[1], labels=LABELS)  # its replacement, a new uid
+    wait_until(back, 10.0, "the replacement pod's worker")
+    failed = gw.metric("smg_discovery_registrations_total", source="kubernetes", result="failed")
+    api.create_pod("denied", ip="127.0.0.9", labels=LABELS)
+    wait_until(
+        lambda: (
+            gw.metric("smg_discovery_registrations_total", source="kubernetes", result="failed")
+            == (failed or 0) + 1
+        ),
+        5.0,
+        "the denied pod refused",
+    )
+    assert gw.worker_by_url(f"http://127.0.0.9:{port}") is None
+    api.delete_pod("denied")
+    assert gw.worker_by_url(manual) is not None  # untouched by every reconcile above
+    wid = gw.worker_by_url(manual)["id"]  # type: ignore[index]
+    assert gw.request("DELETE", f"/workers/{wid}").status == 202
+    wait_until(lambda: gw.worker_by_url(manual) is None, 5.0, "manual worker deleted")
 
 
 def test_watch_cuts_remove_nothing_and_fail_no_request(cluster: Cluster) -> None:

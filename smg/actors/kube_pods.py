@@ -35,10 +35,17 @@ class Gone(KubeError):
     """410: the resourceVersion asked for is older than the server's history: list again."""
 
 
-async def load_client() -> k8s.ApiClient:
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+async def load_client(service_account: Path = SERVICE_ACCOUNT) -> k8s.ApiClient:
     conf = k8s.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        k8s_config.load_incluster_config(client_configuration=conf)
+        k8s_config.load_incluster_config(
+            client_configuration=conf,
+            token_filename=str(service_account / "token"),  # re-read as kubelet rotates it
+            cert_filename=str(service_account / "ca.crt"),
+        )
     else:
         path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
         await k8s_config.load_kube_config(config_file=path, client_configuration=conf)

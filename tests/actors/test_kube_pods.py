@@ -167,3 +167,24 @@ async def test_an_untrusted_server_is_refused(
             await source.list()
     finally:
         await source.close()
+
+
+async def test_in_cluster_config_from_the_service_account(
+    api: KubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pod: KUBERNETES_SERVICE_HOST/PORT and the service account's token and CA (the
+    folder is /var/run/secrets/kubernetes.io/serviceaccount there); KUBECONFIG is not read."""
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(api.token)
+    (account / "ca.crt").write_text(api.ca_path.read_text())
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(api.port))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    api.create_pod("a", ip="10.0.0.1", labels=LABELS)
+    source = KubePods(await load_client(account), "default", "app=sglang")
+    try:
+        items, _ = await source.list()
+        assert [i["metadata"]["name"] for i in items] == ["a"]
+    finally:
+        await source.close()

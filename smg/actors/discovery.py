@@ -11,20 +11,20 @@ coalesced, and every `interval_s` besides. What to do is decided by the pure cor
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from smg.actors.kube_pods import Gone
 from smg.actors.messages import AddWorker, RemoveWorker
+from smg.actors.pod_watch import PodSource, PodWatch
 from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import Actor, ActorRef, ActorStopped, AskTimeout
 from smg.config.discovery import DISCOVERED_BY_LABEL, POD_NAME_LABEL, POD_UID_LABEL
-from smg.core.informer import Backoff, Informer, Step
-from smg.core.pods import Owned, Rules, desired_workers, plan
+from smg.core.informer import Backoff, Informer
+from smg.core.pods import Owned, Rules, desired_workers, plan, router_seeds
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.core.worker_urls import InvalidWorkerUrl
 
@@ -32,14 +32,6 @@ log = structlog.get_logger("smg.discovery")
 
 SOURCE = "kubernetes"
 _ASK_TIMEOUT_S = 10.0
-
-
-class PodSource(Protocol):
-    async def list(self) -> tuple[list[Any], str]: ...
-    def watch(
-        self, resource_version: str, on_open: Callable[[], None] | None = None
-    ) -> AsyncIterator[Any]: ...
-    async def close(self) -> None: ...
 
 
 class DiscoveryMetrics:
@@ -96,6 +88,8 @@ class DiscoveryActor(Actor):
         rng: random.Random,
         boot_id: str,
         check_url: Callable[[str], object] | None = None,
+        connect_routers: Callable[[], Awaitable[PodSource]] | None = None,
+        join: Callable[[list[str]], None] | None = None,
         backoff: Backoff = Backoff(),
     ) -> None:
         super().__init__()
@@ -110,10 +104,11 @@ class DiscoveryActor(Actor):
         self.boot_id = boot_id  # this process's mark on the workers it adds
         self.check_url = check_url  # the worker address policy (raises InvalidWorkerUrl)
         self._refused: set[str] = set()  # URLs the policy refused (logged once)
-        self.informer = Informer()
+        self.connect_routers = connect_routers
+        self.join = join  # the mesh's seeds: router pods' mesh addresses go there
+        self._seeded: set[str] = set()
         self.owned: dict[str, Owned] = {}
         self._pending = False
-        self._attempt = 0  # failures in a row: the backoff's exponent
 
     async def on_start(self) -> None:
         # a restarted actor takes back the workers this process's discovery added before (their
@@ -122,82 +117,55 @@ class DiscoveryActor(Actor):
             labels = dict(w.labels)
             if labels.get(DISCOVERED_BY_LABEL) == self.boot_id and POD_UID_LABEL in labels:
                 self.owned[w.url] = Owned(w.worker_id, labels[POD_UID_LABEL])
-        self.spawn(self._watch(), name="discovery-watch")
+        self.workers_watch = self._make_watch("workers", self.connect, self._workers_changed)
+        self.spawn(self.workers_watch.run(), name="discovery-watch")
+        if self.connect_routers is not None and self.join is not None:
+            watch = self._make_watch("routers", self.connect_routers, self._routers_changed)
+            self.spawn(watch.run(), name="discovery-router-watch")
         self.every(self.interval_s, RECONCILE)
+
+    def _make_watch(
+        self,
+        name: str,
+        connect: Callable[[], Awaitable[PodSource]],
+        on_change: Callable[[Informer], None],
+    ) -> PodWatch:
+        return PodWatch(
+            name,
+            connect,
+            on_change,
+            clock=self.clock,
+            rng=self.rng,
+            restarts=self.metrics.watch_restarts,
+            backoff=self.backoff,
+        )
 
     async def handle(self, message: Any) -> Any:
         match message:
             case _Reconcile():
                 self._pending = False
-                if self.informer.synced:
+                if self.workers_watch.informer.synced:
                     await self._reconcile()
                 return None
             case _:
                 raise TypeError(f"DiscoveryActor: unexpected message {message!r}")
 
-    # --- the watch ------------------------------------------------------------------------------
-    def _changed(self, step: Step) -> None:
-        if step is not Step.CHANGED:
-            return
+    # --- the watches --------------------------------------------------------------------------
+    def _workers_changed(self, informer: Informer) -> None:
         if not self._pending:
             self._pending = True
             self.ref.tell(RECONCILE)
 
-    async def _watch(self) -> None:
-        source: PodSource | None = None
-        try:
-            while source is None:
-                try:
-                    source = await self.connect()
-                except Exception as exc:  # no config yet, unreadable token: keep trying
-                    log.warning("discovery_config_failed", error=str(exc)[:300])
-                    await self._back_off()
-            self._attempt = 0
-            relist = True
-            while True:
-                try:
-                    if relist:
-                        items, rv = await source.list()
-                        self._changed(self.informer.relisted(items, rv))
-                        relist = False
-                    if await self._follow(source):
-                        relist = True
-                        self.metrics.watch_restarts.labels(SOURCE, "gone").inc()
-                        log.info("discovery_relist", reason="410 Gone")
-                        continue
-                    reason = "ended"
-                except Gone:
-                    relist, reason = True, "410 Gone"
-                except Exception as exc:
-                    reason = f"{type(exc).__name__}: {str(exc)[:200]}"
-                self.metrics.watch_restarts.labels(SOURCE, "dropped").inc()
-                log.info("discovery_watch_retry", reason=reason, attempt=self._attempt)
-                await self._back_off()
-        finally:
-            if source is not None:
-                await source.close()
-
-    async def _back_off(self) -> None:
-        """Wait before the next try: short after a stream that was accepted (the attempt count
-        was reset then), growing while the API keeps failing."""
-        delay = self.backoff.delay_s(self._attempt, self.rng)
-        self._attempt += 1
-        await self.clock.sleep(delay)
-
-    def _opened(self) -> None:
-        self._attempt = 0
-
-    async def _follow(self, source: PodSource) -> bool:
-        """Watch from the informer's resourceVersion until the stream ends or drops (raises);
-        True when the server says the version is gone (410: list again)."""
-        rv = self.informer.resource_version
-        assert rv is not None
-        async for ev in source.watch(rv, self._opened):
-            step = self.informer.event(ev)
-            if step is Step.RELIST:
-                return True
-            self._changed(step)
-        return False
+    def _routers_changed(self, informer: Informer) -> None:
+        """Router pods: each Ready one's mesh address joins the mesh's seeds (once)."""
+        if self.join is None:
+            return
+        seeds = router_seeds(informer.pods.values(), self.rules)
+        new = sorted(seeds - self._seeded)
+        if new:
+            self._seeded |= set(new)
+            log.info("discovery_router_seeds", seeds=new)
+            self.join(new)
 
     def _allowed(self, url: str) -> bool:
         """The address policy POST /workers applies (--worker-url-allowlist/denylist)."""
@@ -221,7 +189,7 @@ class DiscoveryActor(Actor):
         for url, o in list(self.owned.items()):
             if o.worker_id not in present:  # removed by someone else (DELETE /workers)
                 del self.owned[url]
-        desired = desired_workers(self.informer.pods.values(), self.rules)
+        desired = desired_workers(self.workers_watch.informer.pods.values(), self.rules)
         todo = plan(desired, self.owned)
         self.metrics.discovered.labels(SOURCE).set(len(desired))
         if todo.empty:

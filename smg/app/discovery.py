@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import random
 import uuid
+from collections.abc import Callable
 
 import structlog
 
-from smg.actors.discovery import DiscoveryActor, DiscoveryMetrics, PodSource
+from smg.actors.discovery import DiscoveryActor, DiscoveryMetrics
 from smg.actors.kube_pods import KubePods
+from smg.actors.pod_watch import PodSource
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.app.outbound import startup_workers
@@ -56,6 +58,8 @@ def discovery_rules(cfg: GatewayConfig) -> Rules:
         prefill_selector=parse_selector(d.prefill_selector, "--prefill-selector"),
         decode_selector=parse_selector(d.decode_selector, "--decode-selector"),
         model_id_from=parse_model_id_from(d.model_id_from),
+        router_selector=parse_selector(d.router_selector, "--router-selector"),
+        mesh_port=cfg.mesh.mesh_port,
     )
 
 
@@ -67,7 +71,10 @@ async def start_discovery(
     metrics: DiscoveryMetrics,
     rng: random.Random,
     guard: AddressGuard,
+    join: Callable[[list[str]], None] | None = None,
 ) -> ActorRef | None:
+    """Start the discovery actor (nothing without discovery on). `join` adds mesh seeds: given
+    when the mesh runs, it makes --router-selector's pods this node's seeds."""
     if not discovery_enabled(cfg.discovery):
         return None
     rules = discovery_rules(cfg)
@@ -77,6 +84,15 @@ async def start_discovery(
 
     async def connect() -> PodSource:
         return await KubePods.connect(namespace, selector)
+
+    router_selector = ",".join(f"{k}={v}" for k, v in sorted(rules.router_selector.items()))
+
+    async def connect_routers() -> PodSource:
+        return await KubePods.connect(namespace, router_selector)
+
+    routers = bool(rules.router_selector) and join is not None
+    if rules.router_selector and join is None:
+        log.warning("discovery_router_selector_unused", reason="the mesh is not enabled")
 
     log.info(
         "discovery_starting",
@@ -99,6 +115,8 @@ async def start_discovery(
                 rng=rng,
                 boot_id=boot_id,
                 check_url=guard.policy.check,  # pod IPs are literal: no resolving
+                connect_routers=connect_routers if routers else None,
+                join=join if routers else None,
             ),
             capacity=16,
         )

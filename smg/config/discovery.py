@@ -10,6 +10,7 @@ from smg.config.knobs import ConfigError, knob
 # The pod annotations the Rust gateway reads (fixed there too, not flags).
 WORKER_PORTS_ANNOTATION = "smg.ai/worker-ports"  # "8000,8001": one worker per port
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"  # a prefill pod's KV bootstrap port(s)
+MESH_PORT_ANNOTATION = "sglang.ai/mesh-port"  # a router (gateway) pod's mesh port
 POD_NAME_LABEL = "smg.ai/pod-name"  # set on every discovered worker's labels
 POD_UID_LABEL = "smg.ai/pod-uid"
 DISCOVERED_BY_LABEL = "smg.ai/discovered-by"  # the boot that added it (smg's own, not Rust's)
@@ -46,6 +47,12 @@ class DiscoveryConfig:
     )
     decode_selector: tuple[str, ...] = knob(
         (), "Label selector of decode pods in PD mode.", nargs="extend"
+    )
+    router_selector: tuple[str, ...] = knob(
+        (),
+        "Label selector of gateway pods in HA mesh mode: with the mesh on, each Ready one's "
+        "IP and sglang.ai/mesh-port annotation (else --mesh-port) join the mesh's seeds.",
+        nargs="extend",
     )
     model_id_from: str | None = knob(
         None,
@@ -108,6 +115,7 @@ def check_discovery(cfg: DiscoveryConfig, *, pd: bool) -> None:
     if check_interval_s(cfg) < 1:
         raise ConfigError("--discovery-check-interval-secs must be at least 1")
     parse_model_id_from(cfg.model_id_from)
+    parse_selector(cfg.router_selector, "--router-selector")
     if pd:
         pre = parse_selector(cfg.prefill_selector, "--prefill-selector")
         dec = parse_selector(cfg.decode_selector, "--decode-selector")

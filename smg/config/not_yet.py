@@ -91,7 +91,6 @@ NOT_YET: tuple[NotYet, ...] = (
     NotYet("--kv-connector-annotation", 14, ONE),
     NotYet("--kv-engine-id-annotation", 14, ONE),
     NotYet("--encode-selector", 14, SOME),
-    NotYet("--router-selector", 14, SOME),
     NotYet("--discovery-file", 14, ONE),
     NotYet("--log-dir", 14, ONE),
     NotYet("--prometheus-duration-buckets", 14, SOME, type=float),

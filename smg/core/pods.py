@@ -14,7 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from smg.config.discovery import BOOTSTRAP_PORT_ANNOTATION, WORKER_PORTS_ANNOTATION
+from smg.config.discovery import (
+    BOOTSTRAP_PORT_ANNOTATION,
+    MESH_PORT_ANNOTATION,
+    WORKER_PORTS_ANNOTATION,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,8 @@ class Rules:
     prefill_selector: Mapping[str, str] = field(default_factory=dict)
     decode_selector: Mapping[str, str] = field(default_factory=dict)
     model_id_from: tuple[str, str] | None = None  # ("namespace"|"label"|"annotation", key)
+    router_selector: Mapping[str, str] = field(default_factory=dict)  # gateway pods (mesh)
+    mesh_port: int = 39527  # a router pod's mesh port without the annotation
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +181,21 @@ def desired_workers(pods: Iterable[Pod], rules: Rules) -> dict[str, Desired]:
                 url,
                 Desired(url, pod.uid, pod.name, role, boot, _model_id(pod, rules)),
             )
+    return out
+
+
+def router_seeds(pods: Iterable[Pod], rules: Rules) -> set[str]:
+    """The mesh addresses (ip:port) of the Ready, Running, not terminating gateway pods: the
+    sglang.ai/mesh-port annotation, else the mesh port of this gateway."""
+    out: set[str] = set()
+    for pod in pods:
+        if not matches(pod.labels, rules.router_selector):
+            continue
+        if pod.deleting or not pod.healthy or pod.ip is None:
+            continue
+        ports = _port_list(pod.annotations.get(MESH_PORT_ANNOTATION))
+        port = ports[0] if ports and len(ports) == 1 else rules.mesh_port
+        out.add(f"{_host(pod.ip)}:{port}")
     return out
 
 

@@ -6,7 +6,16 @@ from typing import Any
 
 import pytest
 
-from smg.core.pods import Desired, Owned, Rules, desired_workers, list_selector, plan, pod_from_json
+from smg.core.pods import (
+    Desired,
+    Owned,
+    Rules,
+    desired_workers,
+    list_selector,
+    plan,
+    pod_from_json,
+    router_seeds,
+)
 
 SEL = {"app": "sglang"}
 RULES = Rules(selector=SEL, port=8000)
@@ -195,3 +204,22 @@ def test_plan_replaces_a_worker_whose_ip_went_to_a_new_pod() -> None:
 
 def test_plan_never_removes_what_discovery_did_not_add() -> None:
     assert plan({}, {}).empty  # a worker added by POST /workers is not in `owned`
+
+
+def test_router_pods_give_mesh_seeds() -> None:
+    rules = Rules(router_selector={"app": "smg"}, mesh_port=39527)
+    gw = {"app": "smg"}
+    objs = [
+        pod_json("a", "10.0.0.1", labels=gw),
+        pod_json("b", "10.0.0.2", labels=gw, annotations={"sglang.ai/mesh-port": "4000"}),
+        pod_json("c", "10.0.0.3", labels=gw, ready=False),
+        pod_json("d", "10.0.0.4", labels=gw, deleting=True),
+        pod_json("e", "10.0.0.5", labels={"app": "sglang"}),
+        pod_json("f", "10.0.0.6", labels=gw, annotations={"sglang.ai/mesh-port": "bad"}),
+    ]
+    assert router_seeds(pods(*objs), rules) == {
+        "10.0.0.1:39527",
+        "10.0.0.2:4000",
+        "10.0.0.6:39527",
+    }
+    assert router_seeds(pods(*objs), Rules()) == set()  # no router selector: none

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from smg.actors.messages import AddWorker, RemoveWorker
 from smg.actors.pod_watch import PodSource, PodWatch
 from smg.actors.registry import DuplicateWorker
-from smg.actors.runtime import Actor, ActorRef, ActorStopped, AskTimeout
+from smg.actors.runtime import Actor, ActorRef
 from smg.config.discovery import DISCOVERED_BY_LABEL, POD_NAME_LABEL, POD_UID_LABEL
 from smg.core.informer import Backoff, Informer
 from smg.core.pods import Owned, Rules, desired_workers, plan, router_seeds
@@ -199,9 +199,9 @@ class DiscoveryActor(Actor):
             owned = self.owned[url]
             try:
                 await self.registry.ask(RemoveWorker(owned.worker_id), _ASK_TIMEOUT_S)
-            except (AskTimeout, ActorStopped) as exc:
+            except Exception as exc:  # still owned: the next reconcile tries again
                 log.warning("discovery_remove_failed", url=url, error=type(exc).__name__)
-                continue  # still owned: the next reconcile tries again
+                continue
             del self.owned[url]
             self.metrics.deregistrations.labels(SOURCE, "reconciled").inc()
             log.info("discovery_worker_removed", url=url, worker_id=owned.worker_id)
@@ -226,7 +226,7 @@ class DiscoveryActor(Actor):
                 self.metrics.registrations.labels(SOURCE, "failed").inc()
                 log.info("discovery_worker_exists", url=d.url)
                 continue
-            except (AskTimeout, ActorStopped) as exc:
+            except Exception as exc:  # AskTimeout, ActorStopped, a refusal: the next pass retries
                 self.metrics.registrations.labels(SOURCE, "failed").inc()
                 log.warning("discovery_add_failed", url=d.url, error=type(exc).__name__)
                 continue

@@ -70,6 +70,7 @@ def cluster(module_launch: Launcher, tmp_path_factory: pytest.TempPathFactory) -
             service_discovery_namespace="default",
             service_discovery_port=port,
             worker_url_denylist=["127.0.0.9/32"],
+            discovery_check_interval_secs=1,  # the periodic pass (default 30 s)
         )
         yield Cluster(api, gw, port)
 
@@ -163,6 +164,20 @@ def test_unready_relabelled_terminating_and_denied_pods_are_not_workers(cluster:
     wid = gw.worker_by_url(manual)["id"]  # type: ignore[index]
     assert gw.request("DELETE", f"/workers/{wid}").status == 202
     wait_until(lambda: gw.worker_by_url(manual) is None, 5.0, "manual worker deleted")
+
+
+def test_the_periodic_pass_restores_a_discovered_worker_deleted_by_hand(cluster: Cluster) -> None:
+    """Level-triggered: DELETE /workers of a discovered worker whose pod is still Ready is undone
+    by the next periodic reconcile (--discovery-check-interval-secs 1), with no pod event."""
+    gw, port = cluster.gw, cluster.port
+    url = f"http://{IPS[0]}:{port}"
+    wid = serving(gw)[url]
+    assert gw.request("DELETE", f"/workers/{wid}").status == 202
+    wait_until(lambda: gw.worker_by_url(url) is None, 5.0, "deleted by hand")
+    t0 = time.monotonic()
+    wait_until(lambda: url in serving(gw), 5.0, "re-added by the periodic pass")
+    assert serving(gw)[url] != wid
+    print(f"deleted by hand -> back in {time.monotonic() - t0:.2f} s")
 
 
 def test_watch_cuts_remove_nothing_and_fail_no_request(cluster: Cluster) -> None:

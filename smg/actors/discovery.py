@@ -10,6 +10,7 @@ coalesced, and every `interval_s` besides. What to do is decided by the pure cor
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,7 +25,15 @@ from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import Actor, ActorRef
 from smg.config.discovery import DISCOVERED_BY_LABEL, POD_NAME_LABEL, POD_UID_LABEL
 from smg.core.informer import Backoff, Informer
-from smg.core.pods import Owned, Rules, desired_workers, plan, router_seeds
+from smg.core.pods import (
+    Desired,
+    Owned,
+    Rules,
+    desired_workers,
+    owned_key,
+    plan,
+    router_seeds,
+)
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.core.worker_urls import InvalidWorkerUrl
 
@@ -90,6 +99,7 @@ class DiscoveryActor(Actor):
         check_url: Callable[[str], object] | None = None,
         connect_routers: Callable[[], Awaitable[PodSource]] | None = None,
         join: Callable[[list[str]], None] | None = None,
+        detect: Callable[[str], Awaitable[str | None]] | None = None,
         backoff: Backoff = Backoff(),
     ) -> None:
         super().__init__()
@@ -107,6 +117,7 @@ class DiscoveryActor(Actor):
         self.connect_routers = connect_routers
         self.join = join  # the mesh's seeds: router pods' mesh addresses go there
         self._seeded: set[str] = set()
+        self.detect = detect  # a bare host:port's protocol (rules.scheme ""), HTTP first
         self.owned: dict[str, Owned] = {}
         self._pending = False
 
@@ -116,7 +127,7 @@ class DiscoveryActor(Actor):
         for w in self.registry_cell.value.workers:
             labels = dict(w.labels)
             if labels.get(DISCOVERED_BY_LABEL) == self.boot_id and POD_UID_LABEL in labels:
-                self.owned[w.url] = Owned(w.worker_id, labels[POD_UID_LABEL])
+                self.owned[owned_key(w.url, self.rules)] = Owned(w.worker_id, labels[POD_UID_LABEL])
         self.workers_watch = self._make_watch("workers", self.connect, self._workers_changed)
         self.spawn(self.workers_watch.run(), name="discovery-watch")
         if self.connect_routers is not None and self.join is not None:
@@ -167,6 +178,48 @@ class DiscoveryActor(Actor):
             log.info("discovery_router_seeds", seeds=new)
             self.join(new)
 
+    async def _detect(self, bare: list[str]) -> dict[str, str | None]:
+        """Each bare host:port's protocol (all probed at once)."""
+        if not bare:
+            return {}
+        if self.detect is None:
+            return dict.fromkeys(bare, "http")
+        detect = self.detect
+
+        async def one(hp: str) -> str | None:
+            return await detect(hp)
+
+        async with asyncio.TaskGroup() as tg:
+            tasks = {hp: tg.create_task(one(hp)) for hp in bare}
+        return {hp: t.result() for hp, t in tasks.items()}
+
+    async def _add(self, url: str, d: Desired) -> None:
+        labels = (
+            (DISCOVERED_BY_LABEL, self.boot_id),
+            (POD_NAME_LABEL, d.pod_name),
+            (POD_UID_LABEL, d.pod_uid),
+        )
+        msg = AddWorker(
+            url=url,
+            worker_type=d.worker_type,
+            model_id=d.model_id,
+            bootstrap_port=d.bootstrap_port,
+            labels=labels,
+        )
+        try:
+            snap = await self.registry.ask(msg, _ASK_TIMEOUT_S)
+        except DuplicateWorker:  # registered by someone else: not discovery's to manage
+            self.metrics.registrations.labels(SOURCE, "failed").inc()
+            log.info("discovery_worker_exists", url=url)
+            return
+        except Exception as exc:  # AskTimeout, ActorStopped, a refusal: the next pass retries
+            self.metrics.registrations.labels(SOURCE, "failed").inc()
+            log.warning("discovery_add_failed", url=url, error=type(exc).__name__)
+            return
+        self.owned[d.url] = Owned(snap.worker_id, d.pod_uid)
+        self.metrics.registrations.labels(SOURCE, "success").inc()
+        log.info("discovery_worker_added", url=url, worker_id=snap.worker_id, pod=d.pod_name)
+
     def _allowed(self, url: str) -> bool:
         """The address policy POST /workers applies (--worker-url-allowlist/denylist)."""
         if self.check_url is None:
@@ -205,32 +258,19 @@ class DiscoveryActor(Actor):
             del self.owned[url]
             self.metrics.deregistrations.labels(SOURCE, "reconciled").inc()
             log.info("discovery_worker_removed", url=url, worker_id=owned.worker_id)
-        for d in todo.add:
-            if not self._allowed(d.url):
-                continue
-            labels = (
-                (DISCOVERED_BY_LABEL, self.boot_id),
-                (POD_NAME_LABEL, d.pod_name),
-                (POD_UID_LABEL, d.pod_uid),
-            )
-            msg = AddWorker(
-                url=d.url,
-                worker_type=d.worker_type,
-                model_id=d.model_id,
-                bootstrap_port=d.bootstrap_port,
-                labels=labels,
-            )
-            try:
-                snap = await self.registry.ask(msg, _ASK_TIMEOUT_S)
-            except DuplicateWorker:  # registered by someone else: not discovery's to manage
-                self.metrics.registrations.labels(SOURCE, "failed").inc()
-                log.info("discovery_worker_exists", url=d.url)
-                continue
-            except Exception as exc:  # AskTimeout, ActorStopped, a refusal: the next pass retries
-                self.metrics.registrations.labels(SOURCE, "failed").inc()
-                log.warning("discovery_add_failed", url=d.url, error=type(exc).__name__)
-                continue
-            self.owned[d.url] = Owned(snap.worker_id, d.pod_uid)
-            self.metrics.registrations.labels(SOURCE, "success").inc()
-            log.info("discovery_worker_added", url=d.url, worker_id=snap.worker_id, pod=d.pod_name)
+        adds = [d for d in todo.add if self._allowed(_with_scheme(d.url, "http"))]
+        schemes = await self._detect([d.url for d in adds if "://" not in d.url])
+        for d in adds:
+            url = d.url
+            if "://" not in url:
+                scheme = schemes.get(url)
+                if scheme is None:  # neither HTTP nor gRPC answered yet: the next pass retries
+                    log.info("discovery_protocol_unknown", url=url, pod=d.pod_name)
+                    continue
+                url = _with_scheme(url, scheme)
+            await self._add(url, d)
         self.metrics.sync_duration.labels(SOURCE).observe(self.clock.now() - start)
+
+
+def _with_scheme(url: str, scheme: str) -> str:
+    return url if "://" in url else f"{scheme}://{url}"

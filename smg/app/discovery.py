@@ -8,11 +8,13 @@ import random
 import uuid
 from collections.abc import Callable
 
+import aiohttp
 import structlog
 
 from smg.actors.discovery import DiscoveryActor, DiscoveryMetrics
 from smg.actors.kube_pods import KubePods
 from smg.actors.pod_watch import PodSource
+from smg.actors.protocol_probe import ProtocolProbe
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.app.outbound import startup_workers
@@ -41,14 +43,14 @@ def with_discovery(cfg: GatewayConfig) -> GatewayConfig:
 
 
 def discovery_rules(cfg: GatewayConfig) -> Rules:
-    """Discovered workers speak what the command-line workers speak: gRPC when one of them is
-    grpc:// (grpcs://), else HTTP (the Rust gateway's connection mode)."""
-    scheme = "http"
+    """Discovered workers speak what the command-line workers speak when they name a scheme
+    (the first of them: the Rust gateway's connection mode); with none, each pod's port is
+    probed, HTTP first, then gRPC (the Rust gateway's detection for a bare host:port)."""
+    scheme = ""
     for msg in startup_workers(cfg):
-        head = msg.url.split("://", 1)[0]
-        if head in ("grpc", "grpcs"):
-            scheme = head
-            break
+        head = msg.url.split("://", 1)[0] if "://" in msg.url else "http"
+        scheme = head
+        break
     d = cfg.discovery
     return Rules(
         selector=parse_selector(d.selector, "--selector"),
@@ -71,6 +73,7 @@ async def start_discovery(
     metrics: DiscoveryMetrics,
     rng: random.Random,
     guard: AddressGuard,
+    session: aiohttp.ClientSession,
     join: Callable[[list[str]], None] | None = None,
 ) -> ActorRef | None:
     """Start the discovery actor (nothing without discovery on). `join` adds mesh seeds: given
@@ -117,6 +120,9 @@ async def start_discovery(
                 check_url=guard.policy.check,  # pod IPs are literal: no resolving
                 connect_routers=connect_routers if routers else None,
                 join=join if routers else None,
+                detect=ProtocolProbe(
+                    session, cfg.health.health_check_endpoint, cfg.health.health_check_timeout_secs
+                ),
             ),
             capacity=16,
         )

@@ -306,6 +306,7 @@ class Gateway:
                     self.discovery_metrics,
                     self.rng,
                     self.url_guard,
+                    session,
                     join=self.mesh.add_seeds if self.mesh.enabled else None,
                 )
                 try:

@@ -84,7 +84,7 @@ class Rules:
 
     selector: Mapping[str, str] = field(default_factory=dict)
     port: int = 80
-    scheme: str = "http"
+    scheme: str = "http"  # "": bare host:port, the protocol detected per worker (HTTP first)
     pd: bool = False  # --pd-disaggregation: roles from the prefill/decode selectors
     prefill_selector: Mapping[str, str] = field(default_factory=dict)
     decode_selector: Mapping[str, str] = field(default_factory=dict)
@@ -155,6 +155,11 @@ def _model_id(pod: Pod, rules: Rules) -> str | None:
     return None
 
 
+def owned_key(url: str, rules: Rules) -> str:
+    """A registered worker's URL as `desired_workers` spells it (bare when detected)."""
+    return url if rules.scheme else url.split("://", 1)[-1]
+
+
 def _host(ip: str) -> str:
     return f"[{ip}]" if ":" in ip else ip
 
@@ -176,7 +181,8 @@ def desired_workers(pods: Iterable[Pod], rules: Rules) -> dict[str, Desired]:
             elif len(given) == len(ports):
                 boots = list(given)
         for port, boot in zip(ports, boots, strict=True):
-            url = f"{rules.scheme}://{_host(pod.ip)}:{port}"
+            hostport = f"{_host(pod.ip)}:{port}"
+            url = f"{rules.scheme}://{hostport}" if rules.scheme else hostport
             out.setdefault(
                 url,
                 Desired(url, pod.uid, pod.name, role, boot, _model_id(pod, rules)),

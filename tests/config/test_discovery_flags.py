@@ -28,7 +28,7 @@ def test_flags_reach_the_rules_and_igw_turns_on() -> None:
     assert c.routing.enable_igw
     rules = discovery_rules(c)
     assert rules.selector == {"app": "sglang", "tier": "gpu"} and rules.port == 8001
-    assert rules.model_id_from == ("label", "model") and rules.scheme == "http"
+    assert rules.model_id_from == ("label", "model") and rules.scheme == ""  # detected
     assert c.discovery.service_discovery_namespace == "llm"
 
 

@@ -12,6 +12,7 @@ from smg.core.pods import (
     Rules,
     desired_workers,
     list_selector,
+    owned_key,
     plan,
     pod_from_json,
     router_seeds,
@@ -99,6 +100,13 @@ def test_worker_ports_annotation_gives_one_worker_per_port_and_grpc_scheme() -> 
     assert urls(rules, obj) == {"grpc://10.0.0.5:9000", "grpc://10.0.0.5:9001"}
     bad = pod_json("a", "10.0.0.5", annotations={"smg.ai/worker-ports": "9000,x"})
     assert urls(rules, bad) == {"grpc://10.0.0.5:8000"}  # a bad annotation: the default port
+
+
+def test_without_a_scheme_urls_are_bare_for_detection() -> None:
+    rules = Rules(selector=SEL, port=8000, scheme="")
+    assert urls(rules, pod_json("a", "10.0.0.5")) == {"10.0.0.5:8000"}
+    assert owned_key("grpc://10.0.0.5:8000", rules) == "10.0.0.5:8000"
+    assert owned_key("grpc://10.0.0.5:8000", RULES) == "grpc://10.0.0.5:8000"
 
 
 def test_ipv6_pod_ips_are_bracketed() -> None:

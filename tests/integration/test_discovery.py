@@ -180,6 +180,29 @@ def test_the_periodic_pass_restores_a_discovered_worker_deleted_by_hand(cluster:
     print(f"deleted by hand -> back in {time.monotonic() - t0:.2f} s")
 
 
+def test_a_grpc_engine_pod_is_detected_and_serves(
+    cluster: Cluster, module_launch: Launcher
+) -> None:
+    """No --worker-urls name a scheme, so each pod's port is probed as the Rust gateway probes
+    a bare host:port (HTTP first, then gRPC): the sims above came up as http://, a simulated
+    vLLM gRPC engine comes up as grpc:// and serves its model."""
+    api, gw, port = cluster.api, cluster.gw, cluster.port
+    ip, stats_port = "127.0.0.8", free_port()
+    argv = ["sim", "--grpc", "--runtime", "vllm", "--host", ip, "--port", str(port),
+            "--model", "grpc-model", "--stats-port", str(stats_port)]  # fmt: skip
+    module_launch._start(f"engine-{ip}", argv)
+    engine_stats = f"http://{ip}:{stats_port}/sim/stats"
+    wait_until(lambda: http("GET", engine_stats, timeout_s=1.0).status == 200, 30.0, "engine")
+    api.create_pod("engine", ip=ip, labels=LABELS)
+    url = f"grpc://{ip}:{port}"
+    wait_until(lambda: url in serving(gw), 30.0, "the engine pod's worker, over gRPC")
+    reply = gw.client().chat.completions.create(model="grpc-model", messages=MSGS, max_tokens=4)
+    assert reply.choices[0].message.content
+    assert http("GET", engine_stats).json()["requests"] >= 1
+    api.delete_pod("engine")
+    wait_until(lambda: gw.worker_by_url(url) is None, 2.0, "engine worker removed")
+
+
 def test_watch_cuts_remove_nothing_and_fail_no_request(cluster: Cluster) -> None:
     api, gw = cluster.api, cluster.gw
     ids_before = serving(gw)

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from support.kube_api import KubeApi, kube_api
 
-from smg.actors.kube_pods import KubeError, KubePods, load_client
+from smg.actors.kube_pods import Gone, KubeError, KubePods, load_client
 from smg.core.informer import Informer, Step
 
 LABELS = {"app": "sglang"}
@@ -186,5 +186,19 @@ async def test_in_cluster_config_from_the_service_account(
     try:
         items, _ = await source.list()
         assert [i["metadata"]["name"] for i in items] == ["a"]
+    finally:
+        await source.close()
+
+
+async def test_a_failed_list_says_gone_or_its_status(api: KubeApi) -> None:
+    api.fail_lists = [410, 500]
+    source = await pods()
+    try:
+        with pytest.raises(Gone):
+            await source.list()
+        with pytest.raises(KubeError, match="500 InternalError"):
+            await source.list()
+        items, _ = await source.list()  # then it answers again
+        assert items == []
     finally:
         await source.close()

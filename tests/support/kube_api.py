@@ -12,7 +12,7 @@ needs to reach it.
 
 The server runs on its own event loop in a thread; the controls (`create_pod`, `update_pod`,
 `terminate_pod`, `delete_pod`, `cut_watches`, `expire_history`) are called from the test's
-thread and return once applied.
+thread and return once applied; `fail_lists` holds statuses the next lists answer with.
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ class KubeApi:
     watches: set[_Watch] = field(default_factory=set)
     requests: list[dict[str, str]] = field(default_factory=list)  # every API call's query
     port: int = 0
+    fail_lists: list[int] = field(default_factory=list)  # statuses the next lists answer
 
     # --- lifecycle (test thread) ----------------------------------------------------------------
     def start(self) -> KubeApi:
@@ -289,6 +290,10 @@ class KubeApi:
         sel = _parse_selector(q.get("labelSelector", ""))
         if q.get("watch", "").lower() in ("1", "true", "t"):
             return await self._watch(request, namespace, sel, q)
+        if self.fail_lists:
+            code = self.fail_lists.pop(0)
+            reason = {410: "Expired", 500: "InternalError"}.get(code, "Failure")
+            return web.json_response(_status(code, reason, f"list failed: {code}"), status=code)
         items = [copy.deepcopy(p) for p in self.pods.values() if _matches(p, namespace, sel)]
         body = {
             "kind": "PodList",

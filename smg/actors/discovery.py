@@ -46,8 +46,7 @@ _ASK_TIMEOUT_S = 10.0
 class DiscoveryMetrics:
     """The Rust gateway's discovery series (source="kubernetes")."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        reg = registry
+    def __init__(self, reg: CollectorRegistry) -> None:
         self.registrations = Counter(
             "smg_discovery_registrations",
             "Worker registrations by discovery source and result",

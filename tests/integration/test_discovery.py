@@ -80,7 +80,11 @@ def test_ready_pods_become_workers_that_serve(cluster: Cluster) -> None:
     api.create_pod("not-ready", ip="127.0.0.5", labels=LABELS, ready=False)
     api.create_pod("other-app", ip="127.0.0.6", labels={"app": "other"})
     for n, ip in enumerate(IPS):
-        api.create_pod(f"sim-{n}", ip=ip, labels=LABELS)
+        api.create_pod(f"sim-{n}", ip=ip, labels=LABELS, ready=False, phase="Pending")
+    time.sleep(0.3)
+    assert gw.workers() == []  # scheduled, not Ready: no workers yet
+    for n in range(len(IPS)):
+        api.update_pod(f"sim-{n}", ready=True, phase="Running")
     want = {f"http://{ip}:{port}" for ip in IPS}
     wait_until(lambda: set(serving(gw)) == want, 20.0, "three discovered workers ready")
     workers = {w["url"]: w for w in gw.workers()}
@@ -257,44 +261,3 @@ def test_watch_cuts_remove_nothing_and_fail_no_request(cluster: Cluster) -> None
     watches = [r for r in api.requests if r.get("watch")]
     assert all(r.get("resourceVersion") for r in watches)  # every re-watch resumes
     print(f"10 cuts, {sent} requests, 0 failures, {len(watches)} watch requests")
-
-
-def test_router_pods_become_mesh_seeds(launch: Launcher, tmp_path: Path) -> None:
-    """`--router-selector` with the mesh on: two `smg node` gateways with no --join find each
-    other's mesh address from their pods (one by the sglang.ai/mesh-port annotation, one by
-    the shared --mesh-port) and form one mesh."""
-    mesh_port = free_port()
-    hosts = ("127.0.0.31", "127.0.0.32")
-    with kube_api(tmp_path) as api, pytest.MonkeyPatch.context() as mp:
-        mp.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        mp.setenv("KUBECONFIG", str(api.kubeconfig()))
-        nodes = [
-            launch.gateway(
-                [],
-                ready=0,
-                command="node",
-                mesh_host=host,
-                mesh_port=mesh_port,
-                mesh_profile="test",
-                cluster_key="discovery-test-cluster-key",
-                service_discovery=True,
-                selector=["app=sim"],
-                router_selector=["app=smg"],
-            )
-            for host in hosts
-        ]
-        api.create_pod("gw-a", ip=hosts[0], labels={"app": "smg"})
-        api.create_pod(
-            "gw-b",
-            ip=hosts[1],
-            labels={"app": "smg"},
-            annotations={"sglang.ai/mesh-port": str(mesh_port)},
-        )
-
-        def members(gw: Gateway) -> set[str]:
-            r = gw.request("GET", "/mesh/status")
-            assert r.status == 200, r
-            return {m["addr"] for m in r.json()["members"] if m["state"] == "alive"}
-
-        want = {f"{h}:{mesh_port}" for h in hosts}
-        wait_until(lambda: all(members(gw) == want for gw in nodes), 15.0, "two nodes in one mesh")

@@ -18,21 +18,15 @@ from typing import Any
 
 import aiohttp
 import orjson
+
+# ~1 s of imports on a loaded box: only `app/discovery.py` imports this module, and only with
+# discovery on
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 
-from smg.core.informer import is_gone
+from smg.core.informer import Gone, KubeError, is_gone
 
 _MAX_LIST_BYTES = 256 * 1024 * 1024  # a list of every pod in a big cluster; bounded anyway
-
-
-class KubeError(Exception):
-    """The API server refused or failed a request (status and reason only: no headers, no
-    token)."""
-
-
-class Gone(KubeError):
-    """410: the resourceVersion asked for is older than the server's history: list again."""
 
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")

@@ -17,9 +17,8 @@ from typing import Any, Protocol
 import structlog
 from prometheus_client import Counter
 
-from smg.actors.kube_pods import Gone
 from smg.clock import Clock
-from smg.core.informer import Backoff, Informer, Step
+from smg.core.informer import Backoff, Gone, Informer, Step
 
 log = structlog.get_logger("smg.discovery")
 

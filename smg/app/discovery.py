@@ -12,7 +12,6 @@ import aiohttp
 import structlog
 
 from smg.actors.discovery import DiscoveryActor, DiscoveryMetrics
-from smg.actors.kube_pods import KubePods
 from smg.actors.pod_watch import PodSource
 from smg.actors.protocol_probe import ProtocolProbe
 from smg.actors.runtime import ActorRef
@@ -84,6 +83,8 @@ async def start_discovery(
     namespace = cfg.discovery.service_discovery_namespace
     selector = list_selector(rules)
     boot_id = uuid.uuid4().hex[:12]  # this process's discovery: survives the actor's restarts
+
+    from smg.actors.kube_pods import KubePods  # its client library: imported with discovery on
 
     async def connect() -> PodSource:
         return await KubePods.connect(namespace, selector)

@@ -24,6 +24,15 @@ class Step(Enum):
     RELIST = "relist"  # 410 Gone: the watch cannot resume; list again
 
 
+class KubeError(Exception):
+    """The API server refused or failed a request (status and reason only: no headers, no
+    token)."""
+
+
+class Gone(KubeError):
+    """410: the resourceVersion asked for is older than the server's history: list again."""
+
+
 class WatchError(Exception):
     """An ERROR event that is not 410, or an event that does not parse: re-watch with backoff."""
 

@@ -73,3 +73,26 @@ def test_pd_roles_from_selectors() -> None:
     )  # fmt: skip
     rules = discovery_rules(c)
     assert rules.pd and rules.prefill_selector == {"app": "s", "role": "prefill"}
+
+
+def test_the_kubernetes_client_is_imported_only_with_discovery_on() -> None:
+    """kubernetes_asyncio costs ~1 s of imports: no module imports it (or kube_pods, which
+    does) at module level except kube_pods itself, so a gateway without discovery never pays."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "smg"
+    heavy = ("kubernetes_asyncio", "smg.actors.kube_pods")
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.name == "kube_pods.py":
+            continue
+        for node in ast.parse(path.read_text()).body:  # module level only
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == h or n.startswith(h + ".") for n in names for h in heavy):
+                offenders.append(str(path.relative_to(root)))
+    assert offenders == []

@@ -75,6 +75,13 @@ class Leave:
 
 
 @dataclass(frozen=True, slots=True)
+class AddSeeds:
+    """More peers to join (discovery's router pods), beside the configured seeds."""
+
+    addrs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberView:
     node_id: str
     addr: str
@@ -186,6 +193,8 @@ class MeshNode(Actor):
                     self.events.publish(MeshDocumentsChanged(frozenset(changed)))
             case Leave():
                 self._apply(self.swim.leave(now))
+            case AddSeeds(addrs):
+                self._apply(self.swim.add_seeds(now, list(addrs)))
             case _:
                 raise TypeError(f"MeshNode: unexpected message {message!r}")
         self._publish_view()

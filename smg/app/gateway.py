@@ -30,6 +30,7 @@ import structlog
 from aiohttp import web
 
 from smg.actors.cache_index import CacheTreeCollector, routing_policy
+from smg.actors.discovery import DiscoveryMetrics
 from smg.actors.event_bus import EventBus
 from smg.actors.supervisor import Strategy, Supervisor
 from smg.api.admin_routes import AdminRoutes
@@ -46,6 +47,7 @@ from smg.api.responses_loop import ToolLoop
 from smg.api.responses_routes import ResponsesRoutes
 from smg.api.scoring_routes import ScoringRoutes
 from smg.app.actors import CoreActors
+from smg.app.discovery import start_discovery, with_discovery
 from smg.app.flow import build_flow
 from smg.app.mesh import GatewayMesh
 from smg.app.outbound import (
@@ -119,6 +121,7 @@ class Gateway:
         clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        cfg = with_discovery(cfg)  # a bad discovery flag fails here; discovery turns IGW on
         self.cfg = cfg
         # a malformed --prefill entry or a worker URL the address policy refuses fails here,
         # before anything starts (host names are resolved and checked at the start of `run`)
@@ -198,6 +201,7 @@ class Gateway:
         if self.mesh.enabled:
             self.metrics.registry.register(self.mesh.collector())
         self.metrics.registry.register(self.guard.collector())
+        self.discovery_metrics = DiscoveryMetrics(self.metrics.registry)
         self.worker_http: HttpBackend | None = None  # while running: the workers' HTTP client
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None
@@ -294,6 +298,17 @@ class Gateway:
                 registry = await self.actors.start(core, wsup, backend)
                 await self.mesh.start(core, registry, self.registry_cell, self.events)
                 await self._register_startup_workers()
+                await start_discovery(
+                    self.cfg,
+                    core,
+                    registry,
+                    self.registry_cell,
+                    self.discovery_metrics,
+                    self.rng,
+                    self.url_guard,
+                    session,
+                    join=self.mesh.add_seeds if self.mesh.enabled else None,
+                )
                 try:
                     # the MCP servers' sessions (opened on first use) live as long as serving
                     async with McpPool(self.mcp_config, clock=self.clock) as mcp:

@@ -28,7 +28,7 @@ from aiohttp import web
 
 from smg.actors.event_bus import EventBus
 from smg.actors.mailbox import Overflow
-from smg.actors.mesh_node import Leave, MeshNode, MeshView
+from smg.actors.mesh_node import AddSeeds, Leave, MeshNode, MeshView
 from smg.actors.mesh_sync import MeshSyncActor
 from smg.actors.mesh_transport import FaultPlan
 from smg.actors.mesh_upkeep import MeshUpkeep
@@ -208,6 +208,7 @@ class GatewayMesh:
         self.summaries = CacheSummaries(self.replicas[CACHE], self.node_id)
         self._cache_state: CacheAwareState | None = None
         self._resolved_seeds: list[str] = []  # --join, names resolved at start
+        self._discovered_seeds: list[str] = []  # router pods (--router-selector)
         self.view: SnapshotCell[MeshView] = SnapshotCell(MeshView(self.node_id, self.advertise))
         self.hlc = HybridClock(wall, self.node_id)
         self.directory = WorkerDirectory(self.replicas[WORKERS], self.node_id, clock=self.hlc)
@@ -335,7 +336,16 @@ class GatewayMesh:
             for m in self.view.value.members
             if m.state in ("alive", "suspect") and m.node_id != self.node_id
         ]
-        return list(dict.fromkeys([*self._resolved_seeds, *seen]))
+        return list(dict.fromkeys([*self._resolved_seeds, *self._discovered_seeds, *seen]))
+
+    def add_seeds(self, addrs: list[str]) -> None:
+        """Peers found by discovery: joined now, and again by a restarted node."""
+        self._discovered_seeds = list(dict.fromkeys([*self._discovered_seeds, *addrs]))
+        if self._node_ref is not None and self._node_ref.alive:
+            try:
+                self._node_ref.tell(AddSeeds(tuple(addrs)))
+            except Exception as exc:  # a full or closed mailbox: the restart rejoins them
+                log.warning("mesh_add_seeds_failed", error=type(exc).__name__)
 
     async def leave(self) -> None:
         """Graceful leave at shutdown: peers mark us LEFT instead of suspecting us."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from smg.config.discovery import DiscoveryConfig
 from smg.config.exposure import (
     AuthConfig,
     LimitsConfig,
@@ -54,6 +55,7 @@ __all__ = [
     "AuthConfig",
     "CircuitBreakerConfig",
     "ConfigError",
+    "DiscoveryConfig",
     "GatewayConfig",
     "HealthConfig",
     "LimitsConfig",
@@ -106,6 +108,7 @@ class GatewayConfig:
     upstream: UpstreamConfig = field(default_factory=UpstreamConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     mcp: McpFlagsConfig = field(default_factory=McpFlagsConfig)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
 
 
 @dataclass(frozen=True, slots=True)

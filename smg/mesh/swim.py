@@ -87,6 +87,18 @@ class SwimNode(Membership):
         msg = Join(self.node_id, self.addr, self.incarnation)
         return [Send(a, msg) for a in self._join_seeds]
 
+    def add_seeds(self, now: float, seed_addrs: list[str]) -> list[Effect]:
+        """More seeds while running (pods found by discovery): the ones not met yet are joined
+        now and kept with the others until met."""
+        known = {m.addr for m in self._members.values()}
+        new = [a for a in seed_addrs if a != self.addr and a not in known]
+        new = [a for a in dict.fromkeys(new) if a not in self._join_seeds]
+        if not new:
+            return []
+        self._join_seeds = [*self._join_seeds, *new]
+        msg = Join(self.node_id, self.addr, self.incarnation)
+        return [Send(a, msg) for a in new]
+
     def leave(self, now: float) -> list[Effect]:
         """Graceful leave: gossip a Leave; the driver keeps ticking briefly, then stops."""
         self.leaving = True

@@ -116,3 +116,21 @@ def test_a_seed_that_starts_after_its_joiners_have_met_is_still_joined(seed: int
     net.run_until(net.now + 5.0)
     net.add("n0")
     assert net.run_until(net.now + 60.0, lambda: _all_alive(net))
+
+
+def test_seeds_added_while_running_are_joined_once_and_kept_until_met() -> None:
+    """Discovery's router pods: `add_seeds` joins the new ones only (not itself, not members,
+    not seeds already pending), and the rejoin timer keeps them with the configured seeds."""
+    import random
+
+    from smg.mesh.config import MeshConfig
+    from smg.mesh.messages import Alive, Join
+    from smg.mesh.swim import SwimNode
+
+    node = SwimNode("a@1", "10.0.0.1:1", MeshConfig.test(), random.Random(0))
+    node.join(0.0, ["10.0.0.9:1"])
+    node.merge(0.0, (Alive("b@1", "10.0.0.2:1", 1),))
+    sent = node.add_seeds(0.1, ["10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1", "10.0.0.9:1"])
+    assert [(e.addr, type(e.message)) for e in sent] == [("10.0.0.3:1", Join)]
+    assert node.add_seeds(0.2, ["10.0.0.3:1"]) == []
+    assert node._join_seeds == ["10.0.0.9:1", "10.0.0.3:1"]

@@ -17,6 +17,7 @@ request's tasks and the engine call's generator share.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -28,10 +29,12 @@ SCHEDULE_DELAY_MS = 500
 MAX_EXPORT_BATCH = 64
 MAX_QUEUE = 2048
 EXPORT_TIMEOUT_S = 5.0
+FLUSH_AT_STOP_S = 1.0  # what a stopping gateway waits for its last spans to leave
 
 _NOOP: AbstractContextManager[None] = nullcontext()
 _tracer: Any = None  # the SDK tracer while tracing is on
 _provider: Any = None
+_exporter: Any = None
 _propagator: Any = None
 
 
@@ -48,7 +51,7 @@ def endpoint_url(endpoint: str) -> str:
 
 def start(endpoint: str) -> None:
     """Turn tracing on for this process (idempotent)."""
-    global _tracer, _provider, _propagator
+    global _tracer, _provider, _propagator, _exporter
     if _tracer is not None:
         return
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -73,16 +76,24 @@ def start(endpoint: str) -> None:
             export_timeout_millis=int(EXPORT_TIMEOUT_S * 1000),
         )
     )
-    _provider, _propagator = provider, TraceContextTextMapPropagator()
+    _provider, _exporter, _propagator = provider, exporter, TraceContextTextMapPropagator()
     _tracer = provider.get_tracer("smg")
 
 
-def stop() -> None:
-    """Flush what is queued (bounded by the export timeout) and turn tracing off."""
-    global _tracer, _provider
-    provider, _tracer, _provider = _provider, None, None
-    if provider is not None:
-        provider.shutdown()
+def stop(flush_s: float = FLUSH_AT_STOP_S) -> None:
+    """Turn tracing off, flushing what is queued for at most `flush_s`: past it (a collector
+    that is down) the exporter is shut, which abandons its retries and the spans."""
+    global _tracer, _provider, _exporter
+    provider, exporter = _provider, _exporter
+    _tracer = _provider = _exporter = None
+    if provider is None:
+        return
+    flush = threading.Thread(target=provider.shutdown, name="smg-trace-flush", daemon=True)
+    flush.start()
+    flush.join(flush_s)
+    if flush.is_alive():
+        exporter.shutdown()
+        flush.join(flush_s)
 
 
 @contextmanager

@@ -65,7 +65,18 @@ def configure(level: str = "info", json: bool = False, log_dir: str | None = Non
         logger_factory=lambda *_: _Tee(),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(lvl, logging.WARNING), stream=sys.stderr)
+    # libraries' stdlib records (aiohttp, grpc, the OTLP exporter) become structured lines too,
+    # on stderr and in the files, with the request's ids when one is being served
+    logging.basicConfig(level=max(lvl, logging.WARNING), handlers=[_Stdlib()])
+
+
+class _Stdlib(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            logger = structlog.get_logger().bind(logger=record.name)
+            logger.log(record.levelno, record.getMessage(), exc_info=record.exc_info)
+        except Exception:
+            self.handleError(record)
 
 
 def close() -> None:

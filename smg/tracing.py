@@ -117,21 +117,22 @@ def ids(span: Any) -> tuple[str, str]:
     return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
 
 
-def stage(name: str, **attributes: str) -> AbstractContextManager[Any]:
+def stage(name: str, key: str = "", value: str = "") -> AbstractContextManager[Any]:
     """A child span of the current one for one stage of the request (queueing, prepare,
-    select, dispatch, stream); the shared no-op when tracing is off."""
+    select, dispatch, stream), with one attribute if `key`; the shared no-op when tracing is
+    off (a key and value, not a dict, so the off path builds nothing)."""
     if _tracer is None:
         return _NOOP
-    return _tracer.start_as_current_span(name, attributes=attributes)
+    return _tracer.start_as_current_span(name, attributes={key: value} if key else None)
 
 
-def annotate(attributes: Mapping[str, str | int]) -> None:
-    """Set attributes on the current span (the request's model, a worker url, a status)."""
+def annotate(key: str, value: str | int) -> None:
+    """Set one attribute on the current span (the request's model, a worker url, a status)."""
     if _tracer is None:
         return
     from opentelemetry.trace import get_current_span
 
-    get_current_span().set_attributes(attributes)
+    get_current_span().set_attribute(key, value)
 
 
 def inject_headers(headers: MutableMapping[str, str]) -> None:

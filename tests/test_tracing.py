@@ -19,14 +19,14 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
 
 def test_off_everything_is_a_no_op() -> None:
     assert not tracing.enabled()
-    first, second = tracing.stage("queueing"), tracing.stage("dispatch", **{"a": "b"})
+    first, second = tracing.stage("queueing"), tracing.stage("dispatch", "a", "b")
     assert first is second  # one shared object: no span, nothing built per call
     with first:
         pass
     headers: dict[str, str] = {}
     tracing.inject_headers(headers)
     assert headers == {} and tracing.grpc_metadata() == ()
-    tracing.annotate({"gen_ai.request.model": "m"})
+    tracing.annotate("gen_ai.request.model", "m")
     tracing.first_token()
 
 
@@ -48,7 +48,7 @@ def test_on_a_request_is_one_trace_with_its_stages(receiver: tuple[Receiver, str
     incoming = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
     with tracing.server_span("POST /v1/chat/completions", incoming, {"http.route": "/x"}) as root:
         trace_id, root_id = tracing.ids(root)
-        with tracing.stage("dispatch", **{"server.address": "grpc://e:1"}):
+        with tracing.stage("dispatch", "server.address", "grpc://e:1"):
             meta = dict(tracing.grpc_metadata())
             headers: dict[str, str] = {}
             tracing.inject_headers(headers)

@@ -201,7 +201,7 @@ class Runner:
             counter.active += 1
             try:
                 # open until the worker's status line (HTTP) or the engine's first events (gRPC)
-                with tracing.stage("dispatch", **{"server.address": worker.url}):
+                with tracing.stage("dispatch", "server.address", worker.url):
                     resp = await send(worker, left)
             except UpstreamError as exc:
                 counter.active -= 1
@@ -235,7 +235,8 @@ class Runner:
                     self.metrics.retried(worker)
                     await clock.sleep(delay)
                     continue
-            tracing.annotate({"smg.worker.url": worker.url, "smg.attempts": attempt})
+            tracing.annotate("smg.worker.url", worker.url)
+            tracing.annotate("smg.attempts", attempt)
             return Attempt(worker=worker, response=resp, attempts=attempt)
         raise last_error or errors.upstream_timeout(self.timeout_s)
 

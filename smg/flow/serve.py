@@ -83,7 +83,7 @@ class Flow:
         sampling = self.preparer.check(req) if tokens else None
         inputs = self.embedder.check(req) if wants_engines(req, candidates) else None
         raw = engine_body(req.raw, req.body, req.engine_id)
-        tracing.annotate({"gen_ai.request.model": req.model})
+        tracing.annotate("gen_ai.request.model", req.model)
         with tracing.stage("queueing"):
             await self.admission.acquire()
         task = self.inflight.add()

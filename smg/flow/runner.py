@@ -95,13 +95,14 @@ class Pairing:
 
     def pick(self, candidates: tuple[WorkerSnapshot, ...], route: RouteRequest) -> pd.PdPair:
         """Raises `no_prefill_worker` / `no_decode_worker` (503)."""
-        pair = pd.select_pair(
-            candidates,
-            route,
-            prefill_policy=self.prefill_policy,
-            decode_policy=self.decode_policy,
-            now=self.clock.now(),
-        )
+        with tracing.stage("select_worker"):
+            pair = pd.select_pair(
+                candidates,
+                route,
+                prefill_policy=self.prefill_policy,
+                decode_policy=self.decode_policy,
+                now=self.clock.now(),
+            )
         model = route.model or ""
         self.metrics.selected(pair.prefill, model)
         self.metrics.selected(pair.decode, model)

@@ -190,3 +190,32 @@ def test_a_collector_that_is_down_costs_requests_nothing(launch: Launcher) -> No
     with urllib.request.urlopen(gw.url + "/health", timeout=2) as r:
         assert r.status == 200
     assert gw.proc.alive
+
+
+def test_a_pd_pair_over_grpc_gets_one_trace_on_both_legs(launch: Launcher) -> None:
+    with otlp_receiver() as (receiver, endpoint):
+        prefill = launch.engine(runtime="sglang", role="prefill", bootstrap_port=8998)
+        decode = launch.engine(runtime="sglang", role="decode")
+        gw = launch.gateway(
+            prefill=[(prefill, 8998)],
+            decode=[decode],
+            enable_trace=True,
+            otlp_traces_endpoint=endpoint,
+        )
+        with gw.client() as client:
+            chunks = list(
+                client.chat.completions.create(
+                    model="sim-model", messages=MSGS, max_tokens=3, stream=True
+                )
+            )
+        assert chunks
+        seen = {e.proc.name: e.stats()["last_traceparent"] for e in (prefill, decode)}
+        trace_ids = {traceparent_trace_id(v) for v in seen.values()}
+        assert len(trace_ids) == 1
+        (trace_id,) = trace_ids
+        (root,) = receiver.wait_for(CHAT_ROOT, trace_id=trace_id)
+        names = {"select_worker", "dispatch_prefill", "dispatch_decode", "stream"}
+        kids = wait_children(receiver, root, names)
+        assert names <= kids.keys(), kids.keys()
+        assert seen[prefill.proc.name].split("-")[2] == kids["dispatch_prefill"].span_id
+        assert seen[decode.proc.name].split("-")[2] == kids["dispatch_decode"].span_id

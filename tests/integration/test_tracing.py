@@ -219,3 +219,23 @@ def test_a_pd_pair_over_grpc_gets_one_trace_on_both_legs(launch: Launcher) -> No
         assert names <= kids.keys(), kids.keys()
         assert seen[prefill.proc.name].split("-")[2] == kids["dispatch_prefill"].span_id
         assert seen[decode.proc.name].split("-")[2] == kids["dispatch_decode"].span_id
+
+
+def test_a_provider_worker_gets_the_traceparent(launch: Launcher) -> None:
+    with otlp_receiver() as (receiver, endpoint):
+        vendor = launch.provider("anthropic", "claude-x", provider_keys=["sk-worker"])
+        gw = launch.gateway(
+            [vendor],
+            backend="anthropic",
+            worker_api_key="sk-worker",
+            enable_trace=True,
+            otlp_traces_endpoint=endpoint,
+        )
+        with gw.client() as client:
+            done = client.chat.completions.create(model="claude-x", messages=MSGS, max_tokens=4)
+        assert done.choices[0].message.content
+        r = urllib.request.urlopen(vendor.url + "/sim/last-trace", timeout=2)
+        trace_id = traceparent_trace_id(json.loads(r.read())["traceparent"])
+        (root,) = receiver.wait_for(CHAT_ROOT, trace_id=trace_id)
+        assert root.attributes["http.response.status_code"] == 200
+        assert "sk-worker" not in json.dumps(root.attributes)

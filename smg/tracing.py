@@ -18,8 +18,9 @@ request's tasks and the engine call's generator share.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Any
 
 SERVICE_NAME = "smg"
@@ -35,6 +36,7 @@ _NOOP: AbstractContextManager[None] = nullcontext()
 _tracer: Any = None  # the SDK tracer while tracing is on
 _provider: Any = None
 _exporter: Any = None
+_root: ContextVar[Any] = ContextVar("smg_trace_root", default=None)  # the request's span
 _propagator: Any = None
 
 
@@ -108,7 +110,11 @@ def server_span(
     with _tracer.start_as_current_span(
         name, context=parent, kind=SpanKind.SERVER, attributes=attributes
     ) as span:
-        yield span
+        token = _root.set(span)
+        try:
+            yield span
+        finally:
+            _root.reset(token)
 
 
 def ids(span: Any) -> tuple[str, str]:
@@ -151,13 +157,29 @@ def grpc_metadata() -> tuple[tuple[str, str], ...]:
 
 
 def first_token() -> None:
-    """Record `time_to_first_token`: a child of the current (request) span from its start until
-    now, when the engine's first events are in hand (they go to the client next)."""
+    """Record `time_to_first_token`: a child of the request's span from its start until now
+    (the engine's first events are in hand, or the worker's first bytes are being relayed)."""
     if _tracer is None:
         return
-    from opentelemetry.trace import get_current_span
+    from opentelemetry.trace import set_span_in_context
 
-    root = get_current_span()
+    root = _root.get()
     start = getattr(root, "start_time", None)
     if start is not None:
-        _tracer.start_span("time_to_first_token", start_time=start).end()
+        parent = set_span_in_context(root)
+        _tracer.start_span("time_to_first_token", context=parent, start_time=start).end()
+
+
+def on_first_write(
+    write: Callable[[bytes], Awaitable[None]],
+) -> Callable[[bytes], Awaitable[None]]:
+    """`write` that records `first_token` at its first call (a relayed stream; tracing on)."""
+    pending = [True]
+
+    async def first(chunk: bytes) -> None:
+        if pending:
+            pending.clear()
+            first_token()
+        await write(chunk)
+
+    return first

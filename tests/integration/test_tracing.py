@@ -111,14 +111,19 @@ def test_streamed_chat_in_grpc_mode_is_one_trace_down_to_the_engine(traced: Trac
 
 def test_http_worker_gets_the_traceparent(traced: Traced) -> None:
     with traced.gw.client() as client:
-        done = client.chat.completions.create(model="http-model", messages=MSGS, max_tokens=4)
-    assert done.choices[0].message.content
+        chunks = list(
+            client.chat.completions.create(
+                model="http-model", messages=MSGS, max_tokens=4, stream=True
+            )
+        )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     seen = traced.sim.stats()["last_traceparent"]
     trace_id = traceparent_trace_id(seen)
     (root,) = traced.receiver.wait_for(CHAT_ROOT, trace_id=trace_id)  # the worker's is ours
     assert root.parent_id == "" and root.attributes["smg.worker.url"] == traced.sim.url
-    kids = wait_children(traced.receiver, root, {"queueing", "select_worker", "dispatch", "stream"})
-    assert {"queueing", "select_worker", "dispatch", "stream"} <= kids.keys(), kids.keys()
+    stages = {"queueing", "select_worker", "dispatch", "time_to_first_token", "stream"}
+    kids = wait_children(traced.receiver, root, stages)
+    assert stages <= kids.keys(), kids.keys()
     assert "template_tokenize" not in kids  # passed through: nothing tokenized
     assert seen.split("-")[2] == kids["dispatch"].span_id
 

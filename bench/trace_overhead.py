@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import structlog  # noqa: E402
+import structlog
 
-from smg import tracing  # noqa: E402
+from smg import tracing
 
 
 def request_path() -> None:

@@ -53,6 +53,7 @@ class DailyFiles:
         self._queue: queue.Queue[object] = queue.Queue(QUEUE_LINES)
         self._name = ""
         self._file: object = None
+        self._roll(file_name(prefix, now()))  # a directory we cannot write to fails here, at start
         self._thread = threading.Thread(target=self._run, name="smg-log-files", daemon=True)
         self._thread.start()
 

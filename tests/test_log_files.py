@@ -77,3 +77,15 @@ def test_the_writer_thread_writes_queued_lines_and_a_full_queue_drops(
     for i in range(5):
         stalled.write(f"late {i}")
     assert stalled.dropped == 2  # three queued, two dropped, no blocking
+
+
+def test_a_log_dir_that_cannot_be_used_stops_the_start_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from smg.cli import main
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    assert main(["launch", "--log-dir", str(not_a_dir), "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"smg: error: --log-dir {not_a_dir}: File exists\n"

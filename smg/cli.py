@@ -376,7 +376,11 @@ def _main(argv: Sequence[str] | None) -> int:
         cfg = gateway_config_from(ns)
         if command == "node":
             cfg = replace_path(cfg, "mesh", enable_mesh=True)
-        logs.configure(cfg.observability.log_level, cfg.observability.log_json)
+        obs = cfg.observability
+        try:
+            logs.configure(obs.log_level, obs.log_json, obs.log_dir)
+        except OSError as exc:
+            raise ConfigError(f"--log-dir {obs.log_dir}: {exc.strerror or exc}") from None
         from smg.app.gateway import Gateway
 
         run_until_signal(lambda stop: Gateway(cfg).run(stop))

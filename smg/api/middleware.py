@@ -13,14 +13,15 @@ and not logged.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
 import structlog
 from aiohttp import web
 
-from smg import errors
+from smg import errors, tracing
 from smg.api import audit
 from smg.api.auth import AuthGate
 from smg.api.requests import new_request_id, request_id_of
@@ -96,13 +97,27 @@ def relayed_in_anthropic_shape(resp: web.StreamResponse, request_id: str) -> web
 def edge_middleware(gate: AuthGate, metrics: Metrics) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        rid = request_id_of(request)
+        if rid is None:
+            rid = _ID_PREFIX.get(request.path, "req-") + new_request_id()
+        request["request_id"] = rid
+        # every log line while this request is served names it (and its trace, when traced)
+        bound = structlog.contextvars.bind_contextvars(request_id=rid)
+        try:
+            if not tracing.enabled() or request.path in PROBES:
+                return await serve(request, handler, rid)
+            with traced(request) as span:
+                resp = await serve(request, handler, rid)
+                span.set_attribute("http.response.status_code", request["status"])
+                return resp
+        finally:
+            structlog.contextvars.reset_contextvars(**bound)
+
+    async def serve(request: web.Request, handler: Handler, rid: str) -> web.StreamResponse:
         loop_time = asyncio.get_running_loop().time
         start = loop_time()
         path = request.path
-        rid = request_id_of(request)
-        if rid is None:
-            rid = _ID_PREFIX.get(path, "req-") + new_request_id()
-        request["request_id"] = rid
+        log.debug("request_started", method=request.method, path=path)
         status = 500
         error_code = ""
         cls = gate.route_class(request)
@@ -150,7 +165,10 @@ def edge_middleware(gate: AuthGate, metrics: Metrics) -> Any:
         finally:
             route = request.match_info.route.resource
             label = route.canonical if route is not None else "other"
-            metrics.request_done(request.method, label, status, error_code, loop_time() - start)
+            request["status"] = status
+            took = loop_time() - start
+            metrics.request_done(request.method, label, status, error_code, took)
+            log.debug("request_finished", status=status, code=error_code, ms=round(took * 1e3, 1))
             if cls is RouteClass.ADMIN and gate.audit:
                 admitted = request.get("principal")
                 audit.record(request, status, admitted or denied, admitted is not None)
@@ -159,6 +177,22 @@ def edge_middleware(gate: AuthGate, metrics: Metrics) -> Any:
         return resp
 
     return middleware
+
+
+@contextmanager
+def traced(request: web.Request) -> Iterator[Any]:
+    """The request's server span (continuing an incoming `traceparent`), its trace id bound
+    into the log context. Attributes: route and method only (never headers or bodies)."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "other"
+    attributes = {"http.route": route, "http.request.method": request.method}
+    with tracing.server_span(f"{request.method} {route}", request.headers, attributes) as span:
+        trace_id, _ = tracing.ids(span)
+        bound = structlog.contextvars.bind_contextvars(trace_id=trace_id)
+        try:
+            yield span
+        finally:
+            structlog.contextvars.reset_contextvars(**bound)
 
 
 def metrics_middleware(gate: AuthGate) -> Any:

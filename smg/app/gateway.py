@@ -29,6 +29,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from smg import tracing
 from smg.actors.cache_index import CacheTreeCollector, routing_policy
 from smg.actors.discovery import DiscoveryMetrics
 from smg.actors.event_bus import EventBus
@@ -272,10 +273,15 @@ class Gateway:
         await check_startup_names(self.cfg, self.url_guard)
         await check_mcp_servers(self.mcp_config, self.clock)  # a required one down stops the start
         history = await self._open_history()
+        obs = self.cfg.observability
+        if obs.enable_trace:
+            tracing.start(obs.otlp_traces_endpoint)
         try:
             await self._run(history, stop)
         finally:
             await history.close()
+            if obs.enable_trace:  # the last spans' flush, bounded by the export timeout
+                await asyncio.to_thread(tracing.stop)
         self.events.close()
         log.info("gateway_stopped")
 

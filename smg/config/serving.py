@@ -305,6 +305,15 @@ class ObservabilityConfig:
     prometheus_port: int = knob(29000, "Metrics listener port (0 disables it).")
     log_level: str = knob("info", "Log level.", choices=("debug", "info", "warn", "error"))
     log_json: bool = knob(False, "Log as JSON lines.")
+    log_dir: str | None = knob(
+        None,
+        "Also log to files in this directory: smg.YYYY-MM-DD (UTC), a new one each day, the "
+        "newest 7 kept.",
+    )
+    enable_trace: bool = knob(False, "Enable OpenTelemetry tracing (OTLP over gRPC).")
+    otlp_traces_endpoint: str = knob(
+        "localhost:4317", "OTLP collector endpoint (format: host:port)."
+    )
 
 
 @dataclass(frozen=True, slots=True)

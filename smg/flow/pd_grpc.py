@@ -36,7 +36,7 @@ import random
 import structlog
 from aiohttp import web
 
-from smg import errors
+from smg import errors, tracing
 from smg.clock import Clock
 from smg.core.dp import rank_of
 from smg.core.snapshots import WorkerSnapshot
@@ -154,7 +154,10 @@ class _Answer:
     ) -> None:
         if stream:
             self.resp = render.sse_response(renderer, self.headers)
-            await render.stream(self.client, self.resp, engine, renderer, engine_id, self.finish)
+            with tracing.stage("stream"):
+                await render.stream(
+                    self.client, self.resp, engine, renderer, engine_id, self.finish
+                )
             self.out = self.resp
             return
         try:
@@ -331,7 +334,8 @@ class GrpcPd:
         try:
             client = self.engines.client(worker.url)
             left = max(0.001, deadline - self.clock.now())
-            return await start_stream(client, req, left)
+            with tracing.stage(f"dispatch_{role}", "server.address", worker.url):
+                return await start_stream(client, req, left)
         except UpstreamError as exc:
             raise LegFailed(role, exc.detail) from exc
         except errors.ApiError as exc:

@@ -22,7 +22,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from smg import errors
+from smg import errors, tracing
 from smg.core.snapshots import WorkerSnapshot
 from smg.flow import chat
 from smg.flow.legs import LegFailed, fail_client
@@ -61,7 +61,8 @@ async def _open(
 ) -> aiohttp.ClientResponse:
     """Open one leg; a failure or a non-2xx answer raises `LegFailed`."""
     try:
-        resp = await backend.open(worker, path, data, headers)
+        with tracing.stage(f"dispatch_{role}", "server.address", worker.url):
+            resp = await backend.open(worker, path, data, headers)
     except UpstreamError as exc:
         raise LegFailed(role, exc.detail) from exc
     if not 200 <= resp.status < 300:
@@ -243,7 +244,8 @@ class HttpPd:
         watch = backend.watch(resp)
         try:
             await out.prepare(client)
-            failure = await pump(resp, out.write, watch)
+            with tracing.stage("stream"):
+                failure = await pump(resp, out.write, watch)
             if failure is not None:
                 detail = f"{decode.url}: answer broke off: {failure!r}"
                 raise LegFailed(pd.DECODE, detail) from failure

@@ -23,7 +23,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from smg import errors
+from smg import errors, tracing
 from smg.core.idle import Watch
 from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS
 from smg.flow.runner import Attempt, Runner, outcome_of
@@ -150,7 +150,10 @@ class HttpRelay:
         try:  # finds the connection gone): that says nothing about the worker
             try:
                 await resp.prepare(client)
-                failure = await pump(upstream, resp.write, watch)
+                write: Callable[[bytes], Awaitable[None]] = resp.write
+                if tracing.enabled():
+                    write = tracing.on_first_write(write)
+                failure = await pump(upstream, write, watch)
                 success = failure is None
                 if failure is not None:
                     err = upstream_failure(backend, failure, request_id, worker_id)

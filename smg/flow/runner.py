@@ -23,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
-from smg import errors
+from smg import errors, tracing
 from smg.actors.messages import Outcome
 from smg.clock import Clock
 from smg.core.circuit_breaker import is_failure_status
@@ -95,13 +95,14 @@ class Pairing:
 
     def pick(self, candidates: tuple[WorkerSnapshot, ...], route: RouteRequest) -> pd.PdPair:
         """Raises `no_prefill_worker` / `no_decode_worker` (503)."""
-        pair = pd.select_pair(
-            candidates,
-            route,
-            prefill_policy=self.prefill_policy,
-            decode_policy=self.decode_policy,
-            now=self.clock.now(),
-        )
+        with tracing.stage("select_worker"):
+            pair = pd.select_pair(
+                candidates,
+                route,
+                prefill_policy=self.prefill_policy,
+                decode_policy=self.decode_policy,
+                now=self.clock.now(),
+            )
         model = route.model or ""
         self.metrics.selected(pair.prefill, model)
         self.metrics.selected(pair.decode, model)
@@ -194,12 +195,15 @@ class Runner:
             left = self.timeout_s if attempt == 1 else deadline - clock.now()
             if left <= 0:
                 break
-            worker, policy = self.select(model, route, failed)
+            with tracing.stage("select_worker"):
+                worker, policy = self.select(model, route, failed)
             self.metrics.selected(worker, model or "", policy)
             counter = worker.counter
             counter.active += 1
             try:
-                resp = await send(worker, left)
+                # open until the worker's status line (HTTP) or the engine's first events (gRPC)
+                with tracing.stage("dispatch", "server.address", worker.url):
+                    resp = await send(worker, left)
             except UpstreamError as exc:
                 counter.active -= 1
                 report(worker, False)
@@ -232,6 +236,8 @@ class Runner:
                     self.metrics.retried(worker)
                     await clock.sleep(delay)
                     continue
+            tracing.annotate("smg.worker.url", worker.url)
+            tracing.annotate("smg.attempts", attempt)
             return Attempt(worker=worker, response=resp, attempts=attempt)
         raise last_error or errors.upstream_timeout(self.timeout_s)
 

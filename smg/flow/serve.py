@@ -28,7 +28,7 @@ from collections.abc import Mapping
 import orjson
 from aiohttp import web
 
-from smg import errors
+from smg import errors, tracing
 from smg.core.snapshots import WorkerSnapshot
 from smg.flow.admission import Admission
 from smg.flow.embed import Embedder, wants_engines
@@ -83,13 +83,16 @@ class Flow:
         sampling = self.preparer.check(req) if tokens else None
         inputs = self.embedder.check(req) if wants_engines(req, candidates) else None
         raw = engine_body(req.raw, req.body, req.engine_id)
-        await self.admission.acquire()
+        tracing.annotate("gen_ai.request.model", req.model)
+        with tracing.stage("queueing"):
+            await self.admission.acquire()
         task = self.inflight.add()
         try:
             if inputs is not None:
                 return await self.embedder.serve(client, req, raw, inputs, candidates)
             if sampling is not None:
-                prepared = await self.preparer.prepare(req, sampling, candidates)
+                with tracing.stage("template_tokenize"):
+                    prepared = await self.preparer.prepare(req, sampling, candidates)
                 route = self.preparer.route(req, prepared)
                 if self.grpc_pd is not None:
                     return await self.grpc_pd.serve(client, req, prepared, route, render_with)

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from smg import tracing
 from smg.core.snapshots import WorkerSnapshot
 from smg.flow import chat, render
 from smg.flow.prepare import Prepared
@@ -63,7 +64,8 @@ class SingleWorker:
             if renderer is not None and attempt.response.status == 200:
                 return await self._read_back(client, req, attempt, renderer)
             # relayed as bytes (an error status too: the worker speaks OpenAI's error shape)
-            return await self.relay.answer(client, attempt, req.client_id, req.stream)
+            with tracing.stage("stream"):
+                return await self.relay.answer(client, attempt, req.client_id, req.stream)
         assert prepared is not None
         return await self._render(client, req, attempt, prepared, render_with)
 
@@ -124,8 +126,13 @@ class SingleWorker:
         def finish(ok: bool | None) -> None:
             runner.finish(attempt, ok)
 
+        tracing.first_token()
         if not req.stream:
-            return await render.whole(attempt.response, renderer, headers, req.engine_id, finish)
+            with tracing.stage("generate"):
+                return await render.whole(
+                    attempt.response, renderer, headers, req.engine_id, finish
+                )
         resp = render.sse_response(renderer, headers)
-        await render.stream(client, resp, attempt.response, renderer, req.engine_id, finish)
+        with tracing.stage("stream"):
+            await render.stream(client, resp, attempt.response, renderer, req.engine_id, finish)
         return resp

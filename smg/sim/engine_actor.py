@@ -80,6 +80,7 @@ class EngineStats:
     last_bootstrap_port: int = 0  # SGLang PD decode: the prefill bootstrap port last named
     embed_requests: int = 0  # Embed calls answered (one per embedded input)
     lora_requests: int = 0  # Generate calls naming a loaded adapter (SGLang lora_id)
+    last_traceparent: str = ""  # the W3C traceparent metadata of the last Generate call
     # requests (Generate and Embed) per data-parallel rank they named ("-1": none)
     dp_ranks: dict[str, int] = field(default_factory=dict)
 

@@ -75,6 +75,7 @@ class _Common:
 
     async def Generate(self, request: Any, context: Any) -> AsyncIterator[Any]:
         engine = self.engine
+        engine.stats.last_traceparent = traceparent_of(context)
         try:
             if self._pd_fields(request):
                 engine.stats.pd_requests += 1
@@ -357,3 +358,11 @@ class SglangServicer(_Common, sgl_grpc.SglangSchedulerServicer):
                 avg_throughput=load.gen_throughput, avg_utilization=load.utilization,
             ),
         )  # fmt: skip
+
+
+def traceparent_of(context: Any) -> str:
+    """The call's W3C `traceparent` metadata ("" without one): tests read it in /sim/stats."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return str(value)
+    return ""

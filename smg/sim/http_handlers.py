@@ -90,6 +90,7 @@ class Stats:
     rooms: dict[str, int] = dataclasses.field(default_factory=dict)
     # requests per data_parallel_rank named in their body ("-1": none named), as the gRPC sim
     dp_ranks: dict[str, int] = dataclasses.field(default_factory=dict)
+    last_traceparent: str = ""  # the W3C traceparent header of the last request (tests)
 
 
 class SimWorker:
@@ -142,6 +143,7 @@ class SimWorker:
         st = self.stats
         st.requests += 1
         st.in_flight += 1
+        st.last_traceparent = request.headers.get("traceparent", "")
         rank = None
         try:
             beh = self.behaviour

@@ -4,7 +4,7 @@ the `SIM_STATUS: <code>` prefix that makes one answer an error, the keys seen, a
 A stand-in speaks its vendor's documented wire format only; which vendor is the caller's module
 (provider_openai.py, provider_anthropic.py). `GET /sim/keys` lists the keys it was sent, each
 with its path (the tests of bring-your-own-key read it), `GET /sim/requests` the last request
-bodies.
+bodies, `GET /sim/last-trace` the last chat's `traceparent` header.
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ class StandIn:
         self.keys_seen: deque[tuple[str, str | None]] = deque(maxlen=_KEPT)  # (path, key)
         self.bodies: deque[Any] = deque(maxlen=_KEPT)
         self.calls = 0
+        self.last_traceparent = ""  # the W3C traceparent header of the last chat (tests)
 
     def key_ok(self, request: web.Request, key: str | None) -> bool:
         self.keys_seen.append((request.path, key))
+        self.last_traceparent = request.headers.get("traceparent", "")
         return key is not None and key in self.cfg.provider_keys
 
     def reply(self, body: dict[str, Any]) -> ScriptedAnswer:
@@ -56,6 +58,7 @@ class StandIn:
         app.router.add_post(chat_path, chat)
         app.router.add_get("/sim/keys", self.keys)
         app.router.add_get("/sim/requests", self.requests)
+        app.router.add_get("/sim/last-trace", self.last_trace)
         return app
 
     async def models(self, request: web.Request) -> web.Response:
@@ -67,6 +70,9 @@ class StandIn:
 
     async def requests(self, request: web.Request) -> web.Response:
         return web.json_response({"requests": list(self.bodies)})
+
+    async def last_trace(self, request: web.Request) -> web.Response:
+        return web.json_response({"traceparent": self.last_traceparent})
 
 
 def scripted_status(body: dict[str, Any]) -> int | None:

@@ -278,7 +278,7 @@ async def test_client_cancel_is_counted(vocab: Vocab, runtime: str) -> None:
             "requests": 1, "completed": 0, "aborted": 0, "abort_requests": 0,
             "cancelled": 1, "rejected": 0, "in_flight": 0, "pd_requests": 0,
             "last_bootstrap_port": 0, "embed_requests": 0, "lora_requests": 0,
-            "dp_ranks": {"-1": 1},
+            "last_traceparent": "", "dp_ranks": {"-1": 1},
         }  # fmt: skip
         assert sim.engine.load().running == 0
 
@@ -406,3 +406,19 @@ def test_cli_flags() -> None:
     cfg = config_from_args(plain.parse_args(["--corrupt-tokenizer-sha", "--block-size", "32"]))
     assert cfg.corrupt_tokenizer_sha and cfg.core.block_size == 32 and cfg.port == 50051
     assert cfg.core.prefill_tokens_per_s == 0 and cfg.core.decode_ms_per_token == 0
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+async def test_the_last_traceparent_is_recorded(vocab: Vocab, runtime: str) -> None:
+    header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    async with running(vocab, runtime) as sim:
+        call = sim.stub.Generate(
+            sim.request(sim.chat("hi"), max_tokens=2), metadata=(("traceparent", header),)
+        )
+        while await call.read() is not grpc.aio.EOF:
+            pass
+        assert sim.engine.stats.last_traceparent == header
+        call = sim.stub.Generate(sim.request(sim.chat("hi"), max_tokens=2))
+        while await call.read() is not grpc.aio.EOF:
+            pass
+        assert sim.engine.stats.last_traceparent == ""  # the last call carried none

@@ -43,6 +43,7 @@ from smg_grpc_proto.generated import (
     vllm_engine_pb2_grpc,
 )
 
+from smg import tracing
 from smg.core.idle import IdleSweeper
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc_contract import (
@@ -217,7 +218,9 @@ class EngineClient:
         norm = ResponseNormaliser(self.runtime, stream=req.stream, n=req.sampling.n)
         message = build_generate(self.runtime, req).SerializeToString()
         try:
-            call = await lean.start(self._generate_path, message, timeout_s)
+            call = await lean.start(
+                self._generate_path, message, timeout_s, tracing.grpc_metadata()
+            )
         except CallError as exc:
             raise classify_code(exc.code, exc.details, self.url, timeout_s) from exc
         parse, feed = self._parse_response, norm.feed
@@ -288,7 +291,9 @@ class EngineClient:
         self, req: EngineRequest, timeout_s: float | None
     ) -> AsyncGenerator[EngineEvent, None]:
         norm = ResponseNormaliser(self.runtime, stream=req.stream, n=req.sampling.n)
-        call = self._data.Generate(build_generate(self.runtime, req), timeout=timeout_s)
+        call = self._data.Generate(
+            build_generate(self.runtime, req), timeout=timeout_s, metadata=tracing.grpc_metadata()
+        )
         started = False
         ended = False  # the engine is done with the request: no Abort needed
         try:

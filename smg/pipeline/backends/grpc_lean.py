@@ -376,7 +376,13 @@ class LeanChannel:
         self._blocks: dict[str, bytes] = {}
         self._closed = False
 
-    async def start(self, path: str, message: bytes, timeout_s: float | None = None) -> LeanCall:
+    async def start(
+        self,
+        path: str,
+        message: bytes,
+        timeout_s: float | None = None,
+        metadata: tuple[tuple[str, str], ...] = (),
+    ) -> LeanCall:
         """Send one request message on `path` (e.g. `/vllm.grpc.engine.VllmEngine/Generate`);
         raises `CallError("UNAVAILABLE")` when the engine cannot be reached."""
         loop = asyncio.get_running_loop()
@@ -396,6 +402,8 @@ class LeanChannel:
                 )
             )
         call = LeanCall()
+        if metadata:  # e.g. the W3C traceparent of the dispatch span
+            block += hpack.encode(metadata)
         if timeout_s is not None:
             left = max(0.001, timeout_s - (loop.time() - started))
             block += hpack.encode((("grpc-timeout", grpc_timeout(left)),))

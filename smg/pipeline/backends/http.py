@@ -25,7 +25,7 @@ import orjson
 import structlog
 from yarl import URL
 
-from smg import errors
+from smg import errors, tracing
 from smg.core import dp
 from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper, Watch
@@ -256,6 +256,9 @@ class HttpBackend:
         url = self._urls.get(key)
         if url is None:  # parsing a URL costs more than the rest of our per-request work
             url = self._urls[key] = URL(dp.engine_url(worker.url) + path)
+        if tracing.enabled():  # the current (dispatch) span's traceparent goes to the worker
+            headers = dict(headers)
+            tracing.inject_headers(headers)
         try:
             return await self.session.post(url, data=body, headers=headers, timeout=timeout)
         except aiohttp.ConnectionTimeoutError as exc:  # nothing was sent: another worker may do

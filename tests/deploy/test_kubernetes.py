@@ -88,7 +88,7 @@ def test_services_select_the_pods_and_target_named_container_ports() -> None:
     assert pdb["spec"]["maxUnavailable"] == 1 < STS["spec"]["replicas"]
 
 
-def test_the_headless_service_gives_mesh_peers_names_before_they_are_ready() -> None:
+def test_the_headless_service_names_each_node_before_it_is_ready() -> None:
     headless = one("Service", STS["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True

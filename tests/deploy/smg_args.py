@@ -49,7 +49,8 @@ def smg_environment(env: Mapping[str, str]) -> Iterator[None]:
 def check_smg_command(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, Any]:
     """Parses `argv` (a container's command after the `smg` entry point) with `env` as smg sees
     them. For a gateway: builds its config, runs the gateway's constructor checks, and asserts
-    that every listener beyond loopback has a credential. Returns (command, config or namespace).
+    that every listener beyond loopback has a credential. Returns (command, the config the
+    gateway runs with (e.g. IGW on with discovery) or the namespace).
     """
     from smg.app.gateway import Gateway  # the composition root: only when a test needs it
 
@@ -61,7 +62,7 @@ def check_smg_command(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str,
         cfg: GatewayConfig = gateway_config_from(ns)
     if command == "node":
         cfg = replace_path(cfg, "mesh", enable_mesh=True)
-    Gateway(cfg)  # ConfigError on a config the gateway would refuse at start-up
+    cfg = Gateway(cfg).cfg  # ConfigError on a config the gateway would refuse at start-up
     obs = cfg.observability
     metrics_host = (obs.prometheus_host or cfg.server.host) if obs.prometheus_port > 0 else None
     assert Gate.from_config(cfg).exposure(cfg.server.host, metrics_host) == []

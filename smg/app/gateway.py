@@ -63,6 +63,7 @@ from smg.config import (
     check_health,
     check_limits,
     check_storage,
+    duration_buckets,
     effective_max_concurrency,
     effective_max_connections,
     load_mcp_config,
@@ -74,6 +75,7 @@ from smg.flow.inflight import InFlight
 from smg.flow.serve import Flow
 from smg.mcp_client.pool import McpPool, check_mcp_servers
 from smg.metrics import Metrics
+from smg.metrics.workers import EngineLoadCollector
 from smg.pipeline.backends.flush import CacheFlusher
 from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend
@@ -177,6 +179,8 @@ class Gateway:
             lambda: self.admission,
             cfg.routing.policy,
             lambda: self.tokenizers.value,
+            buckets=duration_buckets(cfg.observability),
+            inflight_ages=lambda: self.inflight.ages(self.clock.now()),
         )
         self.actors = CoreActors(
             cfg,
@@ -198,6 +202,9 @@ class Gateway:
         if self.mesh.enabled:
             self.metrics.registry.register(self.mesh.collector())
         self.metrics.registry.register(self.guard.collector())
+        self.metrics.registry.register(
+            EngineLoadCollector(lambda: self.registry_cell.value, lambda: self.loads.value)
+        )
         self.worker_http: HttpBackend | None = None  # while running: the workers' HTTP client
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None
@@ -218,6 +225,7 @@ class Gateway:
             metrics=self.metrics,
             clock=self.clock,
             rng=self.rng,
+            router_metrics=self.metrics.router,
         )
 
     def build_app(self, flow: Flow, history: Storage, mcp: McpPool) -> web.Application:
@@ -297,6 +305,9 @@ class Gateway:
                 try:
                     # the MCP servers' sessions (opened on first use) live as long as serving
                     async with McpPool(self.mcp_config, clock=self.clock) as mcp:
+                        self.metrics.mcp_servers.set_function(
+                            lambda: len(mcp.open_servers) + mcp.request_sessions
+                        )
                         await self._serve(self.build_flow(backend), history, mcp, stop)
                 finally:
                     await self.engines.close()

@@ -103,7 +103,6 @@ NOT_YET: tuple[NotYet, ...] = (
     NotYet("--discovery-file", 14, ONE),
     NotYet("--discovery-check-interval-secs", 14, ONE, type=int),
     NotYet("--log-dir", 14, ONE),
-    NotYet("--prometheus-duration-buckets", 14, SOME, type=float),
     NotYet("--jemalloc-prof-dir", None, ONE),
     NotYet("--request-id-headers", None, ANY),
     NotYet("--storage-context-headers", None, ANY),

@@ -36,6 +36,7 @@ from smg.api.admin_routes import AdminRoutes
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
 from smg.api.conversations_routes import ConversationsRoutes
+from smg.api.engine_metrics import EngineMetrics
 from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
 from smg.api.messages_routes import MessagesRoutes
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
@@ -267,6 +268,11 @@ class Gateway:
             pd_mode=self.cfg.pd.pd_disaggregation,
             igw=self.cfg.routing.enable_igw,
             flusher=CacheFlusher(self.worker_http, self.engines, _FLUSH_WORKER_TIMEOUT_S),
+        ).install(app)
+        EngineMetrics(
+            self.registry_cell,
+            lambda: None if self.worker_http is None else self.worker_http.scrape,
+            self.cfg.health.health_check_timeout_secs,
         ).install(app)
         self.mesh.install(app)
         return app

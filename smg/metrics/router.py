@@ -18,7 +18,9 @@ from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
+
+from smg.metrics.fast import FastCounter, FastHistogram
 
 ROUTER_LABELS = ["router_type", "backend_type", "connection_mode", "model", "endpoint"]
 GEN_LABELS = ["router_type", "backend_type", "model", "endpoint"]
@@ -116,17 +118,22 @@ class _Children:
 
 
 class Declare:
-    """Series declared in one registry, every histogram with the same buckets."""
+    """Series declared in one registry, every histogram with the same buckets (lock-free
+    families: smg.metrics.fast)."""
 
     def __init__(self, registry: CollectorRegistry, buckets: Sequence[float]) -> None:
         self.registry = registry
         self.buckets = tuple(buckets)
 
-    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
-        return Counter(name, doc, labels, registry=self.registry)
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> FastCounter:
+        family = FastCounter(name.removesuffix("_total"), doc, labels)
+        self.registry.register(family)
+        return family
 
-    def histogram(self, name: str, doc: str, labels: Sequence[str] = ()) -> Histogram:
-        return Histogram(name, doc, labels, buckets=self.buckets, registry=self.registry)
+    def histogram(self, name: str, doc: str, labels: Sequence[str] = ()) -> FastHistogram:
+        family = FastHistogram(name, doc, labels, self.buckets)
+        self.registry.register(family)
+        return family
 
 
 class RouterMetrics:

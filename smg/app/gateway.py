@@ -49,6 +49,7 @@ from smg.api.scoring_routes import ScoringRoutes
 from smg.app.actors import CoreActors
 from smg.app.flow import build_flow
 from smg.app.mesh import GatewayMesh
+from smg.app.metered_storage import metered
 from smg.app.outbound import (
     address_guard,
     check_startup_names,
@@ -293,7 +294,7 @@ class Gateway:
         """The stored responses and conversations (`--history-backend`), connected and migrated;
         a backend that cannot be opened stops the start with one line (no URL in it)."""
         try:
-            return await open_storage(self.cfg.storage)
+            return metered(await open_storage(self.cfg.storage), self.metrics, self.clock.now)
         except StorageError as err:
             name = self.cfg.storage.history_backend
             raise ConfigError(f"--history-backend {name}: {err}") from None

@@ -116,6 +116,19 @@ class Metrics:
             "Model rounds of the Responses tool loop that ended in MCP calls",
             ["model"],
         )
+        self.db_operations = d.counter(
+            "smg_db_operations_total",
+            "History storage calls by record type, operation and result",
+            ["storage_type", "operation", "result"],
+        )
+        self.db_duration = d.histogram(
+            "smg_db_operation_duration_seconds",
+            "History storage call latency",
+            ["storage_type", "operation"],
+        )
+        self.db_items = d.counter(
+            "smg_db_items_stored", "Records written to the history storage", ["storage_type"]
+        )
         self.mcp_servers = Gauge(
             "smg_mcp_servers_active",
             "MCP sessions open: configured servers and request-level ones",

@@ -184,10 +184,7 @@ NOT_SERVED: dict[str, str] = {
     "smg_manual_policy_cache_entries": "not yet: the manual policy's key table is not counted",
     "smg_consistent_hashing_policy_branch_total": "not yet: the policies' branches are not counted",
     "smg_prefix_hash_policy_branch_total": "not yet: the policies' branches are not counted",
-    "smg_db_connections_active": "not yet: the storage backends are not instrumented",
-    "smg_db_items_stored": "not yet: the storage backends are not instrumented",
-    "smg_db_operation_duration_seconds": "not yet: the storage backends are not instrumented",
-    "smg_db_operations_total": "not yet: the storage backends are not instrumented",
+    "smg_db_connections_active": "not yet: the storage backends' pools are not counted",
     "router_mesh_peer_ack_total": "the Rust mesh's gRPC sync-stream acks; smg's SWIM/CRDT mesh "
     "has none (smg_mesh_dropped_messages, smg_mesh_rejected_writes instead)",
     "router_mesh_peer_nack_total": "the Rust mesh's gRPC sync-stream nacks; smg's mesh has none",
@@ -208,6 +205,15 @@ EXTRA_LABELS: dict[str, tuple[str, ...]] = {
 }
 
 
+# served with a difference worth knowing: name -> what differs
+NOTES: dict[str, str] = {
+    "smg_db_items_stored": "its sample is smg_db_items_stored_total (prometheus_client ends "
+    "every counter sample in _total)",
+    "smg_engine_running_requests": 'dp_rank is "all": the load poll sums the DP ranks',
+    "smg_worker_retry_backoff_seconds": 'attempt above 5 is "6+"',
+}
+
+
 def served() -> dict[str, tuple[str, tuple[str, ...]]]:
     return {n: v for n, v in RUST_SERIES.items() if n not in NOT_SERVED}
 
@@ -219,6 +225,8 @@ def markdown() -> str:
         if status is None:
             extra = EXTRA_LABELS.get(name)
             status = "served" + (f" (+ {', '.join(extra)})" if extra else "")
+            if name in NOTES:
+                status += f"; {NOTES[name]}"
         else:
             status = "n/a: " + status if not status.startswith("discovery") else status
         rows.append(f"| `{name}` | {kind} | {', '.join(labels) or '-'} | {status} |")

@@ -141,7 +141,7 @@ def test_every_served_rust_series_is_exposed_with_the_rust_type_and_labels(
     for name, (kind, labels) in served().items():
         # the text format names a counter's family with or without `_total`
         family = name.removesuffix("_total") if kind == "counter" else name
-        shown = after_traffic.types.get(family) or after_traffic.types.get(name)
+        shown = after_traffic.types.get(family) or after_traffic.types.get(family + "_total")
         if shown is None:
             missing.append(name)
             continue

@@ -77,7 +77,7 @@ from smg.flow.inflight import InFlight
 from smg.flow.serve import Flow
 from smg.mcp_client.pool import McpPool, check_mcp_servers
 from smg.metrics import Metrics
-from smg.metrics.workers import EngineLoadCollector
+from smg.metrics.workers import EngineLoadCollector, PolicyCollector
 from smg.pipeline.backends.flush import CacheFlusher
 from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend
@@ -207,6 +207,7 @@ class Gateway:
         self.metrics.registry.register(
             EngineLoadCollector(lambda: self.registry_cell.value, lambda: self.loads.value)
         )
+        self.metrics.registry.register(PolicyCollector(lambda: [self.policy]))
         self.worker_http: HttpBackend | None = None  # while running: the workers' HTTP client
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None

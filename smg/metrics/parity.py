@@ -180,10 +180,8 @@ NOT_SERVED: dict[str, str] = {
     "smg_engine_pd_prefill_queue_reqs": "the load poll keeps no per-rank PD (disagg) section",
     "smg_kv_event_subscription_failures_total": "not yet: KV-event stream failures are logged only",
     "smg_worker_routing_keys_active": "not yet: the manual policy's key table is not counted",
-    "smg_manual_policy_branch_total": "not yet: the policies' branches are not counted",
-    "smg_manual_policy_cache_entries": "not yet: the manual policy's key table is not counted",
-    "smg_consistent_hashing_policy_branch_total": "not yet: the policies' branches are not counted",
-    "smg_prefix_hash_policy_branch_total": "not yet: the policies' branches are not counted",
+    "smg_prefix_hash_policy_branch_total": "not yet: the prefix-hash policy's branches are not "
+    "counted",
     "smg_db_connections_active": "not yet: the storage backends' pools are not counted",
     "router_mesh_peer_ack_total": "the Rust mesh's gRPC sync-stream acks; smg's SWIM/CRDT mesh "
     "has none (smg_mesh_dropped_messages, smg_mesh_rejected_writes instead)",
@@ -207,6 +205,10 @@ EXTRA_LABELS: dict[str, tuple[str, ...]] = {
 
 # served with a difference worth knowing: name -> what differs
 NOTES: dict[str, str] = {
+    "smg_consistent_hashing_policy_branch_total": "no target_worker_hit/miss branches: smg "
+    "has no target-worker header",
+    "smg_manual_policy_branch_total": "the launch policy's (an IGW model's own policy is not "
+    "counted)",
     "smg_db_items_stored": "its sample is smg_db_items_stored_total (prometheus_client ends "
     "every counter sample in _total)",
     "smg_engine_running_requests": 'dp_rank is "all": the load poll sums the DP ranks',

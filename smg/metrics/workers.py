@@ -198,3 +198,39 @@ class EngineLoadCollector(Collector):
                 fams["smg_engine_token_usage"].add_metric(key, load.kv_usage)
             fams["smg_engine_gen_throughput"].add_metric(key, load.throughput)
         yield from fams.values()
+
+
+# a policy's name -> the Rust gateway's branch counter for it
+BRANCH_SERIES = {
+    "manual": "smg_manual_policy_branch",
+    "consistent_hashing": "smg_consistent_hashing_policy_branch",
+}
+
+
+class PolicyCollector(Collector):
+    """How the routing policies chose (their `branches` tallies) and the manual policy's table
+    size, read at scrape time from the policies the gateway routes with."""
+
+    def __init__(self, policies: Callable[[], list[Any]]) -> None:
+        self.policies = policies
+
+    def collect(self) -> Iterator[Family]:
+        fams = {
+            name: CounterMetricFamily(series, "Routing decisions by branch", labels=["branch"])
+            for name, series in BRANCH_SERIES.items()
+        }
+        entries = GaugeMetricFamily(
+            "smg_manual_policy_cache_entries", "Routing keys the manual policy holds"
+        )
+        held = 0
+        for p in self.policies():
+            fam = fams.get(getattr(p, "name", ""))
+            if fam is None:
+                continue
+            for branch, n in p.branches.items():
+                fam.add_metric([branch], n)
+            if p.name == "manual":
+                held += len(p)
+        entries.add_metric([], held)
+        yield from fams.values()
+        yield entries

@@ -132,3 +132,26 @@ def test_smg_launch_refuses_bad_buckets_in_one_line(capsys: pytest.CaptureFixtur
     assert main([*argv, "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "smg: error: --prometheus-duration-buckets: the bounds must be ascending"
+
+
+def test_the_policies_branches_follow_the_rust_names() -> None:
+    import random
+
+    from smg.metrics.workers import PolicyCollector
+    from smg.pipeline.policies.base import RouteRequest
+    from smg.pipeline.policies.manual import ManualPolicy
+
+    policy = ManualPolicy(random.Random(0))
+    workers = [type("W", (), {"worker_id": w})() for w in ("a", "b")]
+    for key in (None, "k1", "k1", "k2"):
+        policy.select(workers, RouteRequest(routing_key=key))  # type: ignore[arg-type]
+    policy.select([], RouteRequest(routing_key="k1"))
+    reg = CollectorRegistry()
+    reg.register(PolicyCollector(lambda: [policy]))
+
+    def branch(name: str) -> float | None:
+        return reg.get_sample_value("smg_manual_policy_branch_total", {"branch": name})
+
+    assert (branch("no_routing_id"), branch("vacant"), branch("occupied_hit")) == (1, 2, 1)
+    assert branch("no_healthy_workers") == 1
+    assert reg.get_sample_value("smg_manual_policy_cache_entries") == 2

@@ -138,7 +138,6 @@ SCHEDULER = (
     "no priority scheduler in smg: one FIFO admission queue (smg_http_requests_queued, "
     "smg_http_requests_in_flight, smg_http_rate_limit_total)"
 )
-PD_LEGS = "not yet: PD leg timings and KV-transfer outcomes are not measured per request yet"
 MM = "no multimodal tensors in smg (images are passed to HTTP workers as they are)"
 
 NOT_SERVED: dict[str, str] = {
@@ -167,12 +166,6 @@ NOT_SERVED: dict[str, str] = {
     "smg_mm_shm_write_failures_total": MM,
     "smg_mm_tensor_bytes_total": MM,
     "smg_mm_tensors_total": MM,
-    "smg_pd_bootstrap_failures_total": PD_LEGS,
-    "smg_pd_kv_connector_mode_total": PD_LEGS,
-    "smg_pd_kv_transfer_duration_seconds": PD_LEGS,
-    "smg_pd_kv_transfer_failures_total": PD_LEGS,
-    "smg_pd_prefill_duration_seconds": PD_LEGS,
-    "smg_pd_ttft_seconds": PD_LEGS,
     "smg_engine_cache_hit_rate": "the engines' load reports smg reads carry no cache hit rate",
     "smg_engine_pd_decode_queue_reqs": "the load poll keeps no per-rank PD (disagg) section",
     "smg_engine_pd_kv_transfer_latency_ms": "the load poll keeps no per-rank PD (disagg) section",
@@ -209,6 +202,9 @@ NOTES: dict[str, str] = {
     "has no target-worker header",
     "smg_manual_policy_branch_total": "the launch policy's (an IGW model's own policy is not "
     "counted)",
+    "smg_pd_prefill_duration_seconds": "gRPC PD with vLLM engines (SGLang's legs run at once)",
+    "smg_pd_kv_transfer_duration_seconds": "gRPC PD with vLLM engines",
+    "smg_pd_kv_connector_mode_total": "gRPC PD with vLLM engines: mode nixl",
     "smg_db_items_stored": "its sample is smg_db_items_stored_total (prometheus_client ends "
     "every counter sample in _total)",
     "smg_engine_running_requests": 'dp_rank is "all": the load poll sums the DP ranks',

@@ -64,6 +64,7 @@ class RequestProbe:
         "first_at",
         "model",
         "now",
+        "pd",
         "prepare_s",
         "router_type",
         "start",
@@ -86,6 +87,20 @@ class RequestProbe:
         self.tokens_out = 0
         self.prepare_s: float | None = None
         self.failed = False  # the answer failed after it began (an engine that broke mid-way)
+        self.pd: PdLegs | None = None  # gRPC PD: what the legs took (flow/pd_grpc.py)
+
+
+class PdLegs:
+    """A gRPC PD request's legs, as `GrpcPd` saw them."""
+
+    __slots__ = ("failure", "kv_mode", "kv_s", "prefill_s", "runtime")
+
+    def __init__(self, runtime: str) -> None:
+        self.runtime = runtime  # the decode engine's ("vllm", "sglang")
+        self.kv_mode: str | None = None  # "nixl": vLLM's KV params relayed to the decode
+        self.prefill_s: float | None = None  # vLLM: the prefill leg, run to its end
+        self.kv_s: float | None = None  # vLLM: prefill end -> the decode stream established
+        self.failure: str | None = None  # "bootstrap" | "kv_transfer"
 
 
 CURRENT: ContextVar[RequestProbe | None] = ContextVar("smg_request_probe", default=None)
@@ -185,6 +200,31 @@ class RouterMetrics:
         self._errors: dict[tuple[str, ...], Any] = {}
         self._stages: dict[tuple[str, str], Any] = {}
         self._upstream: dict[tuple[str, int], Any] = {}
+        self.pd_prefill = d.histogram(
+            "smg_pd_prefill_duration_seconds",
+            "PD: the prefill leg, run to its end before the decode (vLLM)",
+            ["backend_type", "model", "runtime"],
+        )
+        self.pd_kv = d.histogram(
+            "smg_pd_kv_transfer_duration_seconds",
+            "PD: from the prefill's end to the decode stream established (vLLM)",
+            ["backend_type", "model", "runtime"],
+        )
+        self.pd_ttft = d.histogram(
+            "smg_pd_ttft_seconds",
+            "PD: time to the first token of a streamed answer",
+            ["backend_type", "model", "runtime"],
+        )
+        self.pd_mode = d.counter(
+            "smg_pd_kv_connector_mode_total", "PD requests by KV connector", ["mode"]
+        )
+        self.pd_bootstrap_failures = d.counter(
+            "smg_pd_bootstrap_failures_total",
+            "PD: a prefill's KV bootstrap port could not be learned",
+        )
+        self.pd_kv_failures = d.counter(
+            "smg_pd_kv_transfer_failures_total", "PD: a vLLM prefill answered no KV params"
+        )
 
     def upstream_answered(self, status: int) -> None:
         """A worker answered the current request with `status` (the attempt that is relayed)."""
@@ -218,6 +258,8 @@ class RouterMetrics:
             self._error(key[:5], error_type(status if status is not None else 502))
         if p.prepare_s is not None:
             self._stage(p.router_type, "prepare").observe(p.prepare_s)
+        if p.pd is not None:
+            self._pd(p, p.pd)
         if p.tokens_in is None:
             return  # a pass-through answer: the gateway did not read its tokens
         c.gen.observe(elapsed)
@@ -228,6 +270,22 @@ class RouterMetrics:
             c.ttft.observe(ttft)
             if p.tokens_out > 1:
                 c.tpot.observe((elapsed - ttft) / (p.tokens_out - 1))
+
+    def _pd(self, p: RequestProbe, legs: PdLegs) -> None:
+        """Once per PD request (not on the hot path's children: PD requests are the rarer)."""
+        labels = ("pd", p.model, legs.runtime)
+        if legs.failure == "bootstrap":
+            self.pd_bootstrap_failures.inc()
+        elif legs.failure == "kv_transfer":
+            self.pd_kv_failures.inc()
+        if legs.kv_mode is not None:
+            self.pd_mode.labels(legs.kv_mode).inc()
+        if legs.prefill_s is not None:
+            self.pd_prefill.labels(*labels).observe(legs.prefill_s)
+        if legs.kv_s is not None:
+            self.pd_kv.labels(*labels).observe(legs.kv_s)
+        if p.first_at is not None and p.streaming:
+            self.pd_ttft.labels(*labels).observe(p.first_at - p.start)
 
     def _error(self, labels: tuple[str, ...], kind: str) -> None:
         key = (*labels, kind)

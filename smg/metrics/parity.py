@@ -225,14 +225,15 @@ def markdown() -> str:
             status = "served" + (f" (+ {', '.join(extra)})" if extra else "")
             if name in NOTES:
                 status += f"; {NOTES[name]}"
-        else:
-            status = "n/a: " + status if not status.startswith("discovery") else status
+        elif not status.startswith(("discovery", "not yet")):
+            status = "n/a: " + status
         rows.append(f"| `{name}` | {kind} | {', '.join(labels) or '-'} | {status} |")
     n, na = len(served()), len(NOT_SERVED)
     disc = sum(1 for v in NOT_SERVED.values() if v == DISCOVERY)
+    later = sum(1 for v in NOT_SERVED.values() if v.startswith("not yet"))
     head = (
-        f"{len(RUST_SERIES)} Rust series: {n} served, {na} not served "
-        f"({disc} of them discovery, wired at merge)."
+        f"{len(RUST_SERIES)} Rust series: {n} served, {na} not served ({na - disc - later} "
+        f"n/a in smg, {later} not yet, {disc} discovery: wired at merge)."
     )
     return head + "\n\n" + "\n".join(rows) + "\n"
 

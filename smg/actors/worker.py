@@ -142,6 +142,10 @@ class WorkerActor(Actor):
         if result.adapters is not None and result.adapters != snap.adapters:
             snap = replace(snap, adapters=result.adapters)  # adapters loaded or unloaded
         ok = result.ok and snap.model_id is not None
+        if ok:
+            snap.counter.probes_ok += 1
+        else:
+            snap.counter.probes_failed += 1
         changed = self.health.observe(ok, now)
         if changed is not None:
             log.info(
@@ -180,6 +184,13 @@ class WorkerActor(Actor):
     def _on_outcome(self, success: bool) -> None:
         now = self.clock.now()
         transition = self.breaker.record(success, now)
+        tally = self.snapshot.counter
+        if success:
+            tally.cb_successes += 1
+        else:
+            tally.cb_failures += 1
+        tally.cb_failure_streak = self.breaker.consecutive_failures
+        tally.cb_success_streak = self.breaker.consecutive_successes
         if transition is not None:
             log.info("worker_breaker", worker=self.snapshot.url, state=transition.to.label)
             self._arm_breaker_poll(now)

@@ -281,6 +281,11 @@ class _GuardCollector(Collector):
         opened = GaugeMetricFamily("smg_http_connections_open", "Open client connections")
         opened.add_metric([], len(g.conns))
         yield opened
+        active = GaugeMetricFamily(
+            "smg_http_connections_active", "Open client connections (the Rust gateway's name)"
+        )
+        active.add_metric([], len(g.conns))
+        yield active
         closed = CounterMetricFamily(
             "smg_http_connections_cut",
             "Client connections the gateway closed: header_timeout, body_timeout, write_stall, "

@@ -122,3 +122,35 @@ class MeshCollector(Collector):
         for name, ns in st["namespaces"].items():
             doc.add_metric([name], ns.get("state_bytes", 0))
         yield doc
+        yield from _rust_mesh_series(st)
+
+
+def _rust_mesh_series(st: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+    """The Rust gateway's mesh gauges that smg's mesh has an answer to: a peer is "connected"
+    while this node sees it alive (labelled by its address: one series per configured peer,
+    not per boot); a store is a replicated document (its live keys; its content digest's first
+    48 bits as a number, equal on every node that has converged)."""
+    peers = GaugeMetricFamily(
+        "router_mesh_peer_connections", "Peers this node sees alive (1) or not (0)", labels=["peer"]
+    )
+    alive: dict[str, float] = {}  # a restarted peer is a new member at the same address
+    for m in st["members"]:
+        if m["node_id"] != st["node_id"]:
+            up = 1.0 if m["state"] == "alive" else 0.0
+            alive[m["addr"]] = max(up, alive.get(m["addr"], 0.0))
+    for addr, up in alive.items():
+        peers.add_metric([addr], up)
+    yield peers
+    size = GaugeMetricFamily(
+        "router_mesh_store_cardinality", "Live keys of each replicated document", labels=["store"]
+    )
+    digest = GaugeMetricFamily(
+        "router_mesh_store_hash",
+        "First 48 bits of each replicated document's content digest (equal once converged)",
+        labels=["store"],
+    )
+    for name, ns in st["namespaces"].items():
+        size.add_metric([name], ns.get("live_keys", 0))
+        digest.add_metric([name], float(int(ns.get("digest", "0")[:12] or "0", 16)))
+    yield size
+    yield digest

@@ -94,8 +94,11 @@ class _Server:
     """One server of the request, as the loop uses it (configured, or the request's own; None:
     its session could not be opened, `down` says why)."""
 
-    def __init__(self, spec: McpServerSpec, server: McpServer | None, down: str = "") -> None:
+    def __init__(
+        self, spec: McpServerSpec, server: McpServer | None, model: str, down: str = ""
+    ) -> None:
         self.spec = spec
+        self.model = model  # the request's model (a metric label once the registry knows it)
         self.server = server
         self.down = down
         self.metric_name = spec.label if spec.url is None else "request"
@@ -206,7 +209,7 @@ class ToolLoop:
             rounds.calls += len(outputs)
             rounds.iterations += 1
             if self.metrics is not None:
-                self.metrics.mcp_rounds.inc()
+                self.metrics.mcp_round(request.model)
             if shaper.calls_for_client:
                 await _write(stream, shaper.conclude(streaming))
                 break
@@ -232,7 +235,7 @@ class ToolLoop:
             servers: dict[str, _Server] = {}
             for i, spec in enumerate(parsed.mcp):
                 if spec.url is None:
-                    servers[spec.label] = _Server(spec, self.pool.server(spec.label))
+                    servers[spec.label] = _Server(spec, self.pool.server(spec.label), parsed.model)
                     continue
                 opening = self.pool.request_server(
                     spec.label, spec.url, dict(spec.headers), guard=self.guard
@@ -243,9 +246,9 @@ class ToolLoop:
                     raise errors.invalid_value(str(exc), param=f"tools[{i}].server_url") from None
                 except McpUnavailable as exc:
                     log.warning("mcp_server_unavailable", server=spec.label, error=str(exc))
-                    servers[spec.label] = _Server(spec, None, str(exc))
+                    servers[spec.label] = _Server(spec, None, parsed.model, str(exc))
                     continue
-                servers[spec.label] = _Server(spec, server)
+                servers[spec.label] = _Server(spec, server, parsed.model)
             yield servers
 
     async def _listed(
@@ -348,8 +351,7 @@ class ToolLoop:
         )  # fmt: skip
         if self.metrics is not None:
             shown = tool if server.spec.url is None else "any"
-            self.metrics.mcp_calls.labels(name, shown, outcome).inc()
-            self.metrics.mcp_duration.labels(name).observe(seconds)
+            self.metrics.mcp_call(server.model, name, shown, outcome, seconds)
 
 
 def _round(render: ResponsesRenderer) -> RoundShaper | None:

@@ -23,6 +23,7 @@ from smg.flow.relay import HttpRelay
 from smg.flow.runner import Pairing, Runner, RunnerMetrics
 from smg.flow.serve import Flow
 from smg.flow.single import SingleWorker
+from smg.metrics.router import RouterMetrics
 from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.loads import LoadBoard
@@ -48,6 +49,7 @@ def build_flow(
     metrics: RunnerMetrics,
     clock: Clock,
     rng: random.Random,
+    router_metrics: RouterMetrics | None = None,
 ) -> Flow:
     timeout_s = cfg.server.request_timeout_secs
     igw = cfg.routing.enable_igw
@@ -97,6 +99,7 @@ def build_flow(
         grpc_pd=grpc_pd,
         igw=igw,
         aliases=model_aliases(cfg.routing.model_alias),
+        metrics=router_metrics,
     )
 
 

@@ -38,6 +38,7 @@ from smg.api.admin_routes import AdminRoutes
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
 from smg.api.conversations_routes import ConversationsRoutes
+from smg.api.engine_metrics import EngineMetrics
 from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
 from smg.api.messages_routes import MessagesRoutes
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
@@ -51,6 +52,7 @@ from smg.app.actors import CoreActors
 from smg.app.discovery import start_discovery, with_discovery
 from smg.app.flow import build_flow
 from smg.app.mesh import GatewayMesh
+from smg.app.metered_storage import metered
 from smg.app.outbound import (
     address_guard,
     check_startup_names,
@@ -66,6 +68,7 @@ from smg.config import (
     check_health,
     check_limits,
     check_storage,
+    duration_buckets,
     effective_max_concurrency,
     effective_max_connections,
     load_mcp_config,
@@ -77,6 +80,7 @@ from smg.flow.inflight import InFlight
 from smg.flow.serve import Flow
 from smg.mcp_client.pool import McpPool, check_mcp_servers
 from smg.metrics import Metrics
+from smg.metrics.workers import EngineLoadCollector, PolicyCollector
 from smg.pipeline.backends.flush import CacheFlusher
 from smg.pipeline.backends.grpc_pool import EnginePool
 from smg.pipeline.backends.http import HttpBackend
@@ -181,6 +185,8 @@ class Gateway:
             lambda: self.admission,
             cfg.routing.policy,
             lambda: self.tokenizers.value,
+            buckets=duration_buckets(cfg.observability),
+            inflight_ages=lambda: self.inflight.ages(self.clock.now()),
         )
         self.actors = CoreActors(
             cfg,
@@ -203,6 +209,10 @@ class Gateway:
             self.metrics.registry.register(self.mesh.collector())
         self.metrics.registry.register(self.guard.collector())
         self.discovery_metrics = DiscoveryMetrics(self.metrics.registry)
+        self.metrics.registry.register(
+            EngineLoadCollector(lambda: self.registry_cell.value, lambda: self.loads.value)
+        )
+        self.metrics.registry.register(PolicyCollector(lambda: [self.policy]))
         self.worker_http: HttpBackend | None = None  # while running: the workers' HTTP client
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None
@@ -223,6 +233,7 @@ class Gateway:
             metrics=self.metrics,
             clock=self.clock,
             rng=self.rng,
+            router_metrics=self.metrics.router,
         )
 
     def build_app(self, flow: Flow, history: Storage, mcp: McpPool) -> web.Application:
@@ -265,6 +276,11 @@ class Gateway:
             igw=self.cfg.routing.enable_igw,
             flusher=CacheFlusher(self.worker_http, self.engines, _FLUSH_WORKER_TIMEOUT_S),
         ).install(app)
+        EngineMetrics(
+            self.registry_cell,
+            lambda: None if self.worker_http is None else self.worker_http.scrape,
+            self.cfg.health.health_check_timeout_secs,
+        ).install(app)
         self.mesh.install(app)
         return app
 
@@ -289,7 +305,7 @@ class Gateway:
         """The stored responses and conversations (`--history-backend`), connected and migrated;
         a backend that cannot be opened stops the start with one line (no URL in it)."""
         try:
-            return await open_storage(self.cfg.storage)
+            return metered(await open_storage(self.cfg.storage), self.metrics, self.clock.now)
         except StorageError as err:
             name = self.cfg.storage.history_backend
             raise ConfigError(f"--history-backend {name}: {err}") from None
@@ -318,6 +334,9 @@ class Gateway:
                 try:
                     # the MCP servers' sessions (opened on first use) live as long as serving
                     async with McpPool(self.mcp_config, clock=self.clock) as mcp:
+                        self.metrics.mcp_servers.set_function(
+                            lambda: len(mcp.open_servers) + mcp.request_sessions
+                        )
                         await self._serve(self.build_flow(backend), history, mcp, stop)
                 finally:
                     await self.engines.close()

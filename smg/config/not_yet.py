@@ -92,7 +92,6 @@ NOT_YET: tuple[NotYet, ...] = (
     NotYet("--kv-engine-id-annotation", 14, ONE),
     NotYet("--encode-selector", 14, SOME),
     NotYet("--discovery-file", 14, ONE),
-    NotYet("--prometheus-duration-buckets", 14, SOME, type=float),
     NotYet("--jemalloc-prof-dir", None, ONE),
     NotYet("--request-id-headers", None, ANY),
     NotYet("--storage-context-headers", None, ANY),

@@ -3,6 +3,7 @@ retries, breakers, health checks, tokenizers, observability, rate limits and the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from smg.config.knobs import ConfigError, knob
@@ -303,6 +304,11 @@ class ObservabilityConfig:
         None, "Metrics listener address; default: the unspecified address of --host's family."
     )
     prometheus_port: int = knob(29000, "Metrics listener port (0 disables it).")
+    prometheus_duration_buckets: tuple[str, ...] = knob(
+        (),
+        "Histogram buckets (seconds, ascending) for every *_duration_seconds, TTFT and TPOT "
+        "series; default: the Rust gateway's 0.001 ... 7200.",
+    )
     log_level: str = knob("info", "Log level.", choices=("debug", "info", "warn", "error"))
     log_json: bool = knob(False, "Log as JSON lines.")
     log_dir: str | None = knob(
@@ -412,3 +418,24 @@ def model_aliases(entries: tuple[str, ...]) -> dict[str, str]:
                 f"--model-alias {alias}: alias maps to both '{previous}' and '{canonical}'"
             )
     return aliases
+
+
+def duration_buckets(cfg: ObservabilityConfig) -> tuple[float, ...] | None:
+    """--prometheus-duration-buckets as numbers (None: the default buckets); raises ConfigError
+    for a value that is not a positive finite number or a list that is not strictly ascending."""
+    if not cfg.prometheus_duration_buckets:
+        return None
+    out: list[float] = []
+    for text in cfg.prometheus_duration_buckets:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(
+                f"--prometheus-duration-buckets: {text!r} is not a positive number of seconds"
+            )
+        if out and value <= out[-1]:
+            raise ConfigError("--prometheus-duration-buckets: the bounds must be ascending")
+        out.append(value)
+    return tuple(out)

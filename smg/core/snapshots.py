@@ -30,11 +30,29 @@ class SnapshotCell(Generic[T]):
 
 
 class LoadCounter:
-    __slots__ = ("active", "processed")
+    """A worker's mutable tallies, read at scrape time: `active`/`processed` are written by the
+    request path; the breaker's and the probes' by the worker's own actor (one writer each)."""
+
+    __slots__ = (
+        "active",
+        "cb_failure_streak",
+        "cb_failures",
+        "cb_success_streak",
+        "cb_successes",
+        "probes_failed",
+        "probes_ok",
+        "processed",
+    )
 
     def __init__(self) -> None:
         self.active = 0
         self.processed = 0
+        self.cb_successes = 0  # outcomes the breaker recorded
+        self.cb_failures = 0
+        self.cb_failure_streak = 0  # the breaker's consecutive counts, as of its last outcome
+        self.cb_success_streak = 0
+        self.probes_ok = 0  # health checks
+        self.probes_failed = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,17 @@ from smg.clock import Clock
 
 
 class Admission:
-    __slots__ = ("_waiters", "active", "clock", "closed", "limit", "queue_size", "timeout_s")
+    __slots__ = (
+        "_waiters",
+        "active",
+        "admitted",
+        "clock",
+        "closed",
+        "limit",
+        "queue_size",
+        "rejected",
+        "timeout_s",
+    )
 
     def __init__(self, limit: int, queue_size: int, timeout_s: float, clock: Clock) -> None:
         self.limit = limit  # 0: unlimited
@@ -27,6 +37,8 @@ class Admission:
         self.timeout_s = timeout_s
         self.clock = clock
         self.active = 0
+        self.admitted = 0  # smg_http_rate_limit_total{result="allowed"}
+        self.rejected = 0  # {result="rejected"}: the queue was full or the wait timed out
         self.closed = False
         self._waiters: deque[asyncio.Future[None]] = deque()
 
@@ -44,8 +56,10 @@ class Admission:
             raise errors.draining()
         if self.limit <= 0 or (self.active < self.limit and not self._waiters):
             self.active += 1
+            self.admitted += 1
             return
         if len(self._waiters) >= self.queue_size:
+            self.rejected += 1
             raise errors.queue_full()
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
@@ -58,6 +72,10 @@ class Admission:
         timer = self.clock.call_later(timeout_s, expire)
         try:
             await fut
+            self.admitted += 1
+        except errors.ApiError:
+            self.rejected += 1
+            raise
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self.release()  # the permit arrived as we were cancelled: pass it on

@@ -18,26 +18,31 @@ class InFlight:
     __slots__ = ("_empty", "tasks")
 
     def __init__(self) -> None:
-        self.tasks: set[asyncio.Task[Any]] = set()
+        self.tasks: dict[asyncio.Task[Any], float] = {}  # task -> when it was admitted
         self._empty = asyncio.Event()
         self._empty.set()
 
     def __len__(self) -> int:
         return len(self.tasks)
 
-    def add(self) -> asyncio.Task[Any]:
-        """Register the running task (the request's handler); `remove` it when it is done."""
+    def add(self, now: float) -> asyncio.Task[Any]:
+        """Register the running task (the request's handler), admitted at `now`; `remove` it
+        when it is done."""
         task = asyncio.current_task()
         assert task is not None, "a request runs in a task"
-        self.tasks.add(task)
+        self.tasks[task] = now
         if len(self.tasks) == 1:
             self._empty.clear()
         return task
 
     def remove(self, task: asyncio.Task[Any]) -> None:
-        self.tasks.discard(task)
+        self.tasks.pop(task, None)
         if not self.tasks:
             self._empty.set()
+
+    def ages(self, now: float) -> list[float]:
+        """How long each request in flight has run (smg_http_inflight_request_age_count)."""
+        return [now - t for t in self.tasks.values()]
 
     async def wait_empty(self) -> None:
         await self._empty.wait()

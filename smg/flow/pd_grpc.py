@@ -51,6 +51,7 @@ from smg.flow.render import (
 )
 from smg.flow.request import Request
 from smg.flow.runner import Pairing, Runner, settle
+from smg.metrics.router import CURRENT, PdLegs
 from smg.pipeline import pd
 from smg.pipeline.backends.grpc import EngineClient, EngineError
 from smg.pipeline.backends.grpc_contract import SGLANG
@@ -260,16 +261,28 @@ class GrpcPd:
     ) -> EngineStream:
         """Start the prefill leg (SGLang: alongside, in `tg`; vLLM: to its end, for its KV
         params) and then the decode leg's stream."""
-        if self._client(pd.DECODE, pair.decode).runtime == SGLANG:
+        runtime = self._client(pd.DECODE, pair.decode).runtime
+        probe = CURRENT.get()
+        legs = None if probe is None else PdLegs(runtime)
+        if probe is not None:
+            probe.pd = legs
+        if runtime == SGLANG:
             room = self.rng.getrandbits(ROOM_BITS_GRPC)
-            port = await self._bootstrap_port(pair.prefill)
+            port = await self._bootstrap_port(pair.prefill, legs)
             decode_req = sglang_legs(engine_request, pair.prefill, room, port)
             tg.create_task(self._prefill(pair.prefill, decode_req, False, deadline))
-        else:
-            kv = await self._prefill(pair.prefill, vllm_prefill(engine_request), True, deadline)
-            assert kv is not None
-            decode_req = vllm_decode(engine_request, kv)
-        return await self._start(pd.DECODE, pair.decode, decode_req, deadline)
+            return await self._start(pd.DECODE, pair.decode, decode_req, deadline)
+        now = self.clock.now
+        began = now()
+        kv = await self._prefill(pair.prefill, vllm_prefill(engine_request), True, deadline, legs)
+        assert kv is not None
+        ended = now()
+        stream = await self._start(
+            pd.DECODE, pair.decode, vllm_decode(engine_request, kv), deadline
+        )
+        if legs is not None:  # the decode is established: the Rust gateway's success-only series
+            legs.kv_mode, legs.prefill_s, legs.kv_s = "nixl", ended - began, now() - ended
+        return stream
 
     async def _failed(
         self,
@@ -299,7 +312,7 @@ class GrpcPd:
             raise _RetryPrefill(pair.prefill.url)
         return await fail_client(answer.resp, failure.api_error(), ended=bool(answer.outcome))
 
-    async def _bootstrap_port(self, prefill: WorkerSnapshot) -> int:
+    async def _bootstrap_port(self, prefill: WorkerSnapshot, legs: PdLegs | None = None) -> int:
         """The prefill's KV bootstrap port: configured, cached, or asked of the engine."""
         if prefill.bootstrap_port:
             return prefill.bootstrap_port
@@ -310,9 +323,13 @@ class GrpcPd:
         try:
             args = await client.server_args(min(self.timeout_s, client.rpc_timeout_s))
         except (UpstreamError, EngineError) as exc:
+            if legs is not None:
+                legs.failure = "bootstrap"
             raise LegFailed(pd.PREFILL, f"{prefill.url}: GetServerInfo failed: {exc}") from exc
         port = pd.bootstrap_port_from(args)
         if port is None:
+            if legs is not None:
+                legs.failure = "bootstrap"
             hint = "it reports no disaggregation_bootstrap_port: give one with --prefill URL PORT"
             raise LegFailed(pd.PREFILL, f"{prefill.url}: {hint}", public=hint)
         log.info("pd_bootstrap_port_discovered", url=prefill.url, port=port)
@@ -342,7 +359,12 @@ class GrpcPd:
             raise LegFailed(role, f"{worker.url}: {exc.message}") from exc
 
     async def _prefill(
-        self, worker: WorkerSnapshot, req: EngineRequest, need_kv: bool, deadline: float
+        self,
+        worker: WorkerSnapshot,
+        req: EngineRequest,
+        need_kv: bool,
+        deadline: float,
+        legs: PdLegs | None = None,
     ) -> str | None:
         """Run the prefill leg to its end (its tokens are not the client's); with `need_kv`,
         return the KV-transfer params of its final message."""
@@ -360,6 +382,8 @@ class GrpcPd:
             finally:
                 await engine.aclose()
             if need_kv and kv is None:
+                if legs is not None:
+                    legs.failure = "kv_transfer"
                 raise LegFailed(pd.PREFILL, f"{worker.url} answered no kv_transfer_params")
             success = True
             return kv

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from smg import errors
 from smg.errors import ApiError
+from smg.metrics.router import CURRENT, answered
 from smg.pipeline.backends.grpc_pool import EngineStream
 from smg.pipeline.chat_answer import ChatStep
 from smg.pipeline.detokenize import DecodeFn
@@ -109,12 +110,16 @@ async def whole(
 ) -> web.Response:
     """Collect one engine call into one body; `finish(success)` reports the outcome."""
     success: bool | None = None  # stays None if the client leaves first
+    probe = CURRENT.get()
     try:
         async for ev in engine.events():
             renderer.collect(ev)
             if renderer.all_done:
                 break
         success = renderer.error is None
+        if probe is not None:
+            answered(probe, renderer)
+            probe.failed = not success
         body = renderer.whole()
         if body is None:
             raise engine_failure(renderer, headers.get("X-Request-Id"), engine_id)
@@ -135,6 +140,9 @@ async def stream(
     """Relay one engine call as the renderer's frames on `resp` (prepared here for `client`);
     `finish` reports the engine's outcome (None when the client left first)."""
     success: bool | None = None  # stays None if the client leaves first
+    probe = CURRENT.get()
+    if probe is not None:
+        probe.streaming = True
     try:
         write = resp.write
         on_event = renderer.on_event
@@ -142,6 +150,8 @@ async def stream(
         try:
             await resp.prepare(client)
             async for batch in engine.batches():
+                if probe is not None and probe.first_at is None:
+                    probe.first_at = probe.now()  # TTFT: the first batch, once per request
                 if len(batch) == 1:
                     frames = on_event(batch[0])
                 else:
@@ -156,6 +166,9 @@ async def stream(
                 if frames:
                     await write(frames[0] if len(frames) == 1 else b"".join(frames))
             success = renderer.error is None
+            if probe is not None:
+                answered(probe, renderer)
+                probe.failed = not success
             if renderer.error is not None:
                 err = engine_failure(renderer, resp.headers.get("X-Request-Id"), engine_id)
                 last += renderer.failure_frames(err)

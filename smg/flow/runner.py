@@ -50,7 +50,10 @@ log = structlog.get_logger("smg.runner")
 
 class RunnerMetrics(Protocol):
     def selected(self, worker: WorkerSnapshot, model: str, policy: str | None = None) -> None: ...
-    def retried(self, worker: WorkerSnapshot) -> None: ...
+    def retried(self, worker: WorkerSnapshot, attempt: int, delay_s: float) -> None: ...
+    def exhausted(self, worker: WorkerSnapshot) -> None: ...
+    def upstream_failed(self, worker: WorkerSnapshot, kind: str) -> None: ...
+    def upstream_answered(self, status: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -188,6 +191,7 @@ class Runner:
         in-flight count is held: call `finish` exactly once."""
         failed: set[str] = set()
         last_error: errors.ApiError | None = None
+        worker: WorkerSnapshot | None = None
         max_attempts = self.retry.max_attempts
         clock = self.clock
         deadline = clock.now() + self.timeout_s
@@ -207,6 +211,7 @@ class Runner:
             except UpstreamError as exc:
                 counter.active -= 1
                 report(worker, False)
+                self.metrics.upstream_failed(worker, exc.kind)
                 failed.add(worker.worker_id)
                 log.warning(
                     "upstream_attempt_failed",
@@ -233,12 +238,17 @@ class Runner:
                     report(worker, not is_failure_status(status))
                     failed.add(worker.worker_id)
                     resp.release()
-                    self.metrics.retried(worker)
+                    self.metrics.retried(worker, attempt, delay)
                     await clock.sleep(delay)
                     continue
             tracing.annotate("smg.worker.url", worker.url)
             tracing.annotate("smg.attempts", attempt)
+            self.metrics.upstream_answered(status)
+            if attempt > 1 and is_retryable_status(status):
+                self.metrics.exhausted(worker)
             return Attempt(worker=worker, response=resp, attempts=attempt)
+        if worker is not None and failed:
+            self.metrics.exhausted(worker)
         raise last_error or errors.upstream_timeout(self.timeout_s)
 
     def finish(self, attempt: Attempt[Any], success: bool | None) -> None:
@@ -255,7 +265,7 @@ class Runner:
         delay = self.retry.delay_s(attempt, self.rng)
         if self.clock.now() + delay >= deadline:
             return False
-        self.metrics.retried(worker)
+        self.metrics.retried(worker, attempt, delay)
         await self.clock.sleep(delay)
         return True
 

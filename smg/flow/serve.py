@@ -40,6 +40,7 @@ from smg.flow.render import RenderFactory
 from smg.flow.request import HTTP_ONLY_KINDS, Request
 from smg.flow.runner import Runner
 from smg.flow.single import SingleWorker
+from smg.metrics.router import CURRENT, ENDPOINTS, RequestProbe, RouterMetrics
 from smg.pipeline.backends.grpc_pool import is_grpc_url
 from smg.pipeline.engine_ids import engine_body
 from smg.pipeline.tokenizer import Tokenizer
@@ -58,6 +59,7 @@ class Flow:
         grpc_pd: GrpcPd | None = None,
         igw: bool = False,
         aliases: Mapping[str, str] | None = None,
+        metrics: RouterMetrics | None = None,
     ) -> None:
         self.runner = runner
         self.admission = admission
@@ -69,30 +71,58 @@ class Flow:
         self.grpc_pd = grpc_pd
         self.igw = igw  # IGW mode: a request without a model is never guessed a model
         self.aliases: Mapping[str, str] = aliases or {}  # --model-alias: alias -> canonical
+        self.metrics = metrics  # the router's series: one observation set per answer
 
     async def serve(
         self, req: Request, render_with: RenderFactory, client: web.Request
     ) -> web.StreamResponse:
         """The client's answer to `req`; `render_with` makes the surface's renderer for an
         engine's events. Client-facing failures raise `ApiError`."""
+        if self.metrics is None:
+            return await self._serve(req, render_with, client)
+        now = self.runner.clock.now
+        probe = RequestProbe(now, ENDPOINTS.get(client.path, "other"), req.stream)
+        token = CURRENT.set(probe)
+        status: int | None = 502  # an exception that is not an ApiError: counted as a failure
+        try:
+            resp = await self._serve(req, render_with, client)
+            status = None
+            return resp
+        except errors.ApiError as err:
+            status = err.status
+            raise
+        finally:
+            CURRENT.reset(token)
+            self.metrics.done(probe, now(), status)
+
+    async def _serve(
+        self, req: Request, render_with: RenderFactory, client: web.Request
+    ) -> web.StreamResponse:
         req = self.canonical(req)
+        probe = CURRENT.get()
         candidates = self.runner.candidates(req.model)  # unknown model: 404 before a permit
         if req.kind in HTTP_ONLY_KINDS:
             http_only(req, candidates)
         tokens = token_mode(req, candidates)
         sampling = self.preparer.check(req) if tokens else None
         inputs = self.embedder.check(req) if wants_engines(req, candidates) else None
+        if probe is not None:
+            label(probe, req.model, candidates, engines=tokens or inputs is not None, pd=self.pd)
         raw = engine_body(req.raw, req.body, req.engine_id)
         tracing.annotate("gen_ai.request.model", req.model)
         with tracing.stage("queueing"):
             await self.admission.acquire()
-        task = self.inflight.add()
+        clock = self.runner.clock
+        task = self.inflight.add(clock.now())
         try:
             if inputs is not None:
                 return await self.embedder.serve(client, req, raw, inputs, candidates)
             if sampling is not None:
+                began = clock.now()
                 with tracing.stage("template_tokenize"):
                     prepared = await self.preparer.prepare(req, sampling, candidates)
+                if probe is not None:
+                    probe.prepare_s = clock.now() - began
                 route = self.preparer.route(req, prepared)
                 if self.grpc_pd is not None:
                     return await self.grpc_pd.serve(client, req, prepared, route, render_with)
@@ -104,6 +134,10 @@ class Flow:
         finally:
             self.inflight.remove(task)
             self.admission.release()
+
+    @property
+    def pd(self) -> bool:
+        return self.http_pd is not None or self.grpc_pd is not None
 
     def canonical(self, req: Request) -> Request:
         """`req` as its canonical model's request when it names an alias (`--model-alias`) no
@@ -154,6 +188,25 @@ class Flow:
                 code="tokenizer_not_available",
             )
         return tok
+
+
+def label(
+    probe: RequestProbe,
+    model: str,
+    candidates: tuple[WorkerSnapshot, ...],
+    *,
+    engines: bool,
+    pd: bool,
+) -> None:
+    """The request's router labels, once its model is known to be served (`model` is then a
+    registry key, never the client's text as such)."""
+    probe.model = model or "default"
+    if engines:
+        probe.router_type = probe.connection_mode = "grpc"
+    elif candidates and candidates[0].provider is not None:
+        probe.router_type, probe.backend_type = "openai", "external"
+        return
+    probe.backend_type = "pd" if pd else "regular"
 
 
 def http_only(req: Request, candidates: tuple[WorkerSnapshot, ...]) -> None:

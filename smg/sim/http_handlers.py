@@ -501,5 +501,19 @@ class SimWorker:
     async def get_config(self, request: web.Request) -> web.Response:
         return json_response(dataclasses.asdict(self.behaviour))
 
+    async def metrics(self, request: web.Request) -> web.Response:
+        """The engine's own Prometheus series, named as vLLM names them (what a gateway's
+        /engine_metrics re-exports)."""
+        st, model = self.stats, self.cfg.model
+        text = (
+            "# HELP vllm:num_requests_running Requests running on the engine.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{model_name="{model}"}} {st.in_flight}\n'
+            "# HELP vllm:request_success_total Requests answered in full.\n"
+            "# TYPE vllm:request_success_total counter\n"
+            f'vllm:request_success_total{{model_name="{model}"}} {st.completed}\n'
+        )
+        return web.Response(text=text, content_type="text/plain")
+
     async def get_stats(self, request: web.Request) -> web.Response:
         return json_response(dataclasses.asdict(self.stats))

@@ -38,6 +38,7 @@ def build_app(cfg: SimConfig, *, clock_sleep: Sleep = asyncio.sleep) -> web.Appl
     add("GET", "/server_info", worker.server_info)
     add("GET", "/get_model_info", worker.model_info)
     add("GET", "/get_load", worker.get_load)
+    add("GET", "/metrics", worker.metrics)
     add("POST", "/flush_cache", worker.flush_cache)
     add("POST", "/sim/health", worker.set_health)
     add("POST", "/sim/config", worker.set_config)

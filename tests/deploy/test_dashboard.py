@@ -18,8 +18,8 @@ from .smg_args import DEPLOY
 pytestmark = pytest.mark.unit
 
 DASHBOARD = DEPLOY / "grafana" / "smg.json"
-# a Prometheus series name in PromQL (label names and functions never start with `smg_`)
-METRIC = re.compile(r"\b(smg_[a-z0-9_]+)\b")
+# a Prometheus series name in PromQL (label names and functions never start with these)
+METRIC = re.compile(r"\b((?:smg|router_mesh)_[a-z0-9_]+)\b")
 SUFFIXES = {"counter": ("_total", ""), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
@@ -73,7 +73,32 @@ def test_the_dashboard_covers_rate_errors_latency_workers_and_mesh() -> None:
         "smg_worker_requests_active",
         "smg_worker_cb_state",
         "smg_mesh_members",
+        "smg_router_ttft_seconds_bucket",
+        "smg_router_tpot_seconds_bucket",
+        "smg_router_tokens_total",
+        "smg_engine_running_requests",
+        "smg_worker_cb_transitions_total",
+        "smg_tokenizer_cache_lookups_total",
+        "router_mesh_store_hash",
     } <= wanted
+
+
+def test_the_dashboard_is_well_formed() -> None:
+    """Unique panel ids, panels on the 24-column grid without overlaps, unique refIds."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), ids
+    cells: set[tuple[int, int]] = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        mine = {
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        }
+        assert not cells & mine, f"{p['title']} overlaps another panel"
+        cells |= mine
+        refs = [t["refId"] for t in p.get("targets", ())]
+        assert len(refs) == len(set(refs)), p["title"]
 
 
 def test_a_renamed_metric_would_be_caught() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp.test_utils import make_mocked_request
+from support.runner_metrics import RecordingMetrics
 
 from smg import cli
 from smg.app.outbound import startup_workers
@@ -265,14 +266,6 @@ class FakeBackend(HttpBackend):
         return outcome
 
 
-class NoMetrics:
-    def selected(self, worker: WorkerSnapshot, model: str, policy: str | None = None) -> None:
-        pass
-
-    def retried(self, worker: WorkerSnapshot) -> None:
-        pass
-
-
 class FixedClock:
     def now(self) -> float:
         return 0.0
@@ -287,7 +280,7 @@ def _serve(
         RoundRobinPolicy(),
         RoundRobinPolicy(),
         FixedClock(),  # type: ignore[arg-type]
-        NoMetrics(),
+        RecordingMetrics(),
     )
     routes = HttpPd(backend=backend, pairing=pairing, rng=random.Random(3))
     client_headers = {"X-Test": "1", "X-Request-Id": "r1", "Authorization": "Bearer client-key"}

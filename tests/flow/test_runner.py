@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from support.runner_metrics import RecordingMetrics
 
 from smg.config import RetryConfig
 from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
@@ -91,17 +92,6 @@ class FakeRef:
         self.log.told.append((self.url, message.success))
 
 
-class NullMetrics:
-    def __init__(self) -> None:
-        self.retries = 0
-
-    def selected(self, worker: WorkerSnapshot, model: str, policy: str | None = None) -> None:
-        pass
-
-    def retried(self, worker: WorkerSnapshot) -> None:
-        self.retries += 1
-
-
 def worker(url: str, log: Outcomes, *, health: HealthStatus = HealthStatus.READY) -> WorkerSnapshot:
     return WorkerSnapshot(
         worker_id=url,
@@ -122,10 +112,10 @@ def make_runner(
     retries: int = 3,
     timeout_s: float = 1800.0,
     backoff_ms: int = 50,
-) -> tuple[Runner, ScriptedBackend, RecordingClock, NullMetrics]:
+) -> tuple[Runner, ScriptedBackend, RecordingClock, RecordingMetrics]:
     backend = ScriptedBackend(script)
     clock = RecordingClock()
-    metrics = NullMetrics()
+    metrics = RecordingMetrics()
     runner = Runner(
         registry=SnapshotCell(RegistrySnapshot.build(tuple(workers))),
         policy=RoundRobinPolicy(),

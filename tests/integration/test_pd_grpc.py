@@ -36,6 +36,13 @@ def test_pd_grpc_streaming_and_non_streaming(launch: Launcher, runtime: str) -> 
     p, d = prefill.stats(), decode.stats()
     assert d["pd_requests"] == 3 and d["completed"] == 3 and d["rejected"] == 0
     assert p["pd_requests"] == 3 and p["completed"] == 3
+    # the Rust gateway's PD series: TTFT of the streamed one; vLLM's sequential legs timed
+    labels = {"backend_type": "pd", "runtime": runtime}
+    assert gw.metric("smg_pd_ttft_seconds_count", **labels) == 1
+    legs = 3 if runtime == "vllm" else None
+    assert gw.metric("smg_pd_prefill_duration_seconds_count", **labels) == legs
+    assert gw.metric("smg_pd_kv_transfer_duration_seconds_count", **labels) == legs
+    assert gw.metric("smg_pd_kv_connector_mode_total", mode="nixl") == legs
 
 
 async def _read_sse(gw: Gateway, path: str, body: dict[str, Any]) -> tuple[list[Any], int]:
@@ -213,6 +220,7 @@ def test_sglang_prefill_without_a_bootstrap_port_is_a_clean_error(launch: Launch
     err = r.json()["error"]
     assert err["code"] == "pd_prefill_failed" and "bootstrap" in err["message"], err
     assert decode.stats()["pd_requests"] == 0, "no decode leg without a rendezvous"
+    assert gw.metric("smg_pd_bootstrap_failures_total") == 1
 
 
 def test_readiness_503_without_a_prefill_engine(launch: Launcher) -> None:

@@ -129,7 +129,9 @@ def test_the_models_calls_reach_both_servers_and_their_outputs_reach_the_model(
     assert [t.type for t in response.tools] == ["mcp", "mcp"]
     stored = setup.client.responses.retrieve(response.id)
     assert kinds(stored) == kinds(response)
-    assert setup.gw.metric("smg_mcp_tool_calls_total", server="files", tool="echo", outcome="ok")
+    assert setup.gw.metric(
+        "smg_mcp_tool_calls_total", server="files", tool_name="echo", result="ok"
+    )
 
 
 def test_a_streamed_loop_equals_the_whole_one(setup: Setup) -> None:
@@ -180,7 +182,7 @@ def test_a_failing_tool_is_an_output_the_model_sees(setup: Setup) -> None:
     assert response.status == "completed"
     assert response.output_text == "The tool failed: bad input."
     assert setup.gw.metric(
-        "smg_mcp_tool_calls_total", server="files", tool="fail", outcome="tool_error"
+        "smg_mcp_tool_calls_total", server="files", tool_name="fail", result="tool_error"
     )
 
 
@@ -283,7 +285,9 @@ def test_a_server_given_by_url_serves_this_request_with_its_headers(
     assert response.output_text == "The server knew us."
     shown = response.tools[0].model_dump()
     assert shown["headers"] is None and "sesame" not in str(shown)  # never echoed back
-    assert setup.gw.metric("smg_mcp_tool_calls_total", server="request", tool="any", outcome="ok")
+    assert setup.gw.metric(
+        "smg_mcp_tool_calls_total", server="request", tool_name="any", result="ok"
+    )
 
 
 @pytest.mark.parametrize(

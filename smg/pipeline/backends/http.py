@@ -331,6 +331,21 @@ class HttpBackend:
                 data = None
             return status, data
 
+    async def scrape(
+        self, worker: WorkerSnapshot, path: str, timeout_s: float
+    ) -> tuple[int, bytes]:
+        """GET `path` of the worker's server with its credential: (status, body), the body at
+        most CONTROL_BODY_BYTES (`ResponseTooLarge` past it; none read unless the status is
+        200)."""
+        auth = self.authorization(worker)
+        headers = {"Authorization": auth} if auth is not None else None
+        url = dp.engine_url(worker.url).rstrip("/") + path
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with self.session.get(url, headers=headers, timeout=timeout) as resp:
+            if resp.status != 200:
+                return resp.status, b""
+            return 200, bytes(await read_capped(resp.content, CONTROL_BODY_BYTES, UNWATCHED))
+
 
 async def read_capped(content: Any, limit: int, watch: Watch) -> bytearray:
     """Read `content` (an aiohttp StreamReader) to its end; `ResponseTooLarge` past `limit`."""

@@ -49,7 +49,7 @@ class HashRing:
 
 
 class ConsistentHashingPolicy:
-    __slots__ = ("_ids", "_index", "_ring", "_ring_set", "_rng", "_virtual_nodes")
+    __slots__ = ("_ids", "_index", "_ring", "_ring_set", "_rng", "_virtual_nodes", "branches")
 
     name = "consistent_hashing"
 
@@ -60,6 +60,10 @@ class ConsistentHashingPolicy:
         self._index: dict[str, int] = {}
         self._ring_set: frozenset[str] = frozenset()
         self._ring = HashRing((), ())
+        # how each selection went (smg_consistent_hashing_policy_branch_total)
+        self.branches = dict.fromkeys(
+            ("no_healthy_workers", "random_fallback", "routing_key_hit"), 0
+        )
 
     @property
     def ring(self) -> HashRing:
@@ -68,10 +72,13 @@ class ConsistentHashingPolicy:
     def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> int | None:
         n = len(candidates)
         if n == 0:
+            self.branches["no_healthy_workers"] += 1
             return None
         key = request.routing_key or request.text
         if not key:
+            self.branches["random_fallback"] += 1
             return self._rng.randrange(n)
+        self.branches["routing_key_hit"] += 1
         ids = tuple(c.worker_id for c in candidates)
         if ids != self._ids:
             id_set = frozenset(ids)

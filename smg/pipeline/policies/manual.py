@@ -22,7 +22,7 @@ MAX_ENTRIES = 100_000
 
 
 class ManualPolicy:
-    __slots__ = ("_max_entries", "_rng", "_sticky")
+    __slots__ = ("_max_entries", "_rng", "_sticky", "branches")
 
     name = "manual"
 
@@ -32,6 +32,10 @@ class ManualPolicy:
         self._rng = rng
         self._max_entries = max_entries
         self._sticky: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # how each selection went (smg_manual_policy_branch_total, the Rust gateway's names)
+        self.branches = dict.fromkeys(
+            ("no_healthy_workers", "no_routing_id", "occupied_hit", "occupied_miss", "vacant"), 0
+        )
 
     def __len__(self) -> int:
         return len(self._sticky)
@@ -42,17 +46,22 @@ class ManualPolicy:
 
     def select(self, candidates: Sequence[Candidate], request: RouteRequest) -> int | None:
         n = len(candidates)
+        branches = self.branches
         if n == 0:
+            branches["no_healthy_workers"] += 1
             return None
         key = request.routing_key
         if not key:
+            branches["no_routing_id"] += 1
             return self._rng.randrange(n)
         index = {c.worker_id: i for i, c in enumerate(candidates)}
         sticky = self._sticky
         assigned = sticky.get(key)
         if assigned is not None and assigned[0] in index:
+            branches["occupied_hit"] += 1
             sticky.move_to_end(key)
             return index[assigned[0]]
+        branches["vacant" if assigned is None else "occupied_miss"] += 1
         survivors = [w for w in assigned or () if w in index]
         primary = survivors[0] if survivors else candidates[self._rng.randrange(n)].worker_id
         sticky[key] = self._with_backup(primary, candidates)

@@ -7,6 +7,7 @@ import random
 from dataclasses import replace
 
 from support.event_log import worker_snapshot
+from support.runner_metrics import RecordingMetrics
 
 from smg.config import RetryConfig, RoutingConfig
 from smg.core.health import HealthStatus
@@ -89,17 +90,6 @@ def test_sync_drops_a_model_no_longer_served_and_forgets_workers_that_left() -> 
     assert again is not own and again.name == "cache_aware"
 
 
-class Metrics:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, str | None]] = []
-
-    def selected(self, worker: WorkerSnapshot, model: str, policy: str | None = None) -> None:
-        self.seen.append((worker.worker_id, model, policy))
-
-    def retried(self, worker: WorkerSnapshot) -> None:
-        pass
-
-
 class Clock:
     def now(self) -> float:
         return 0.0
@@ -126,7 +116,7 @@ def test_the_runner_picks_each_model_with_its_own_policy() -> None:
         retry=RetryPolicy.from_config(RetryConfig()),
         clock=Clock(),  # type: ignore[arg-type]
         rng=random.Random(1),
-        metrics=Metrics(),
+        metrics=RecordingMetrics(),
         make_policy=maker([]),
     )
     same = RouteRequest(text="one conversation", model="rr")

@@ -132,7 +132,6 @@ RUST_SERIES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
 }
 
-DISCOVERY = "discovery: wired by the lead at merge"
 TOKIO = "Tokio runtime internals; smg runs on asyncio (its loop lag: bench/loop_lag.py)"
 SCHEDULER = (
     "no priority scheduler in smg: one FIFO admission queue (smg_http_requests_queued, "
@@ -141,10 +140,6 @@ SCHEDULER = (
 MM = "no multimodal tensors in smg (images are passed to HTTP workers as they are)"
 
 NOT_SERVED: dict[str, str] = {
-    "smg_discovery_deregistrations_total": DISCOVERY,
-    "smg_discovery_registrations_total": DISCOVERY,
-    "smg_discovery_sync_duration_seconds": DISCOVERY,
-    "smg_discovery_workers_discovered": DISCOVERY,
     "smg_tokio_alive_tasks": TOKIO,
     "smg_tokio_event_loop_delay_seconds": TOKIO,
     "smg_tokio_event_loop_stalls_total": TOKIO,
@@ -208,6 +203,7 @@ NOTES: dict[str, str] = {
     "smg_db_items_stored": "its sample is smg_db_items_stored_total (prometheus_client ends "
     "every counter sample in _total)",
     "smg_engine_running_requests": 'dp_rank is "all": the load poll sums the DP ranks',
+    "smg_discovery_registrations_total": "Kubernetes pods (source kubernetes); no file provider",
     "smg_worker_retry_backoff_seconds": 'attempt above 5 is "6+"',
 }
 
@@ -225,15 +221,14 @@ def markdown() -> str:
             status = "served" + (f" (+ {', '.join(extra)})" if extra else "")
             if name in NOTES:
                 status += f"; {NOTES[name]}"
-        elif not status.startswith(("discovery", "not yet")):
+        elif not status.startswith("not yet"):
             status = "n/a: " + status
         rows.append(f"| `{name}` | {kind} | {', '.join(labels) or '-'} | {status} |")
     n, na = len(served()), len(NOT_SERVED)
-    disc = sum(1 for v in NOT_SERVED.values() if v == DISCOVERY)
     later = sum(1 for v in NOT_SERVED.values() if v.startswith("not yet"))
     head = (
-        f"{len(RUST_SERIES)} Rust series: {n} served, {na} not served ({na - disc - later} "
-        f"n/a in smg, {later} not yet, {disc} discovery: wired at merge)."
+        f"{len(RUST_SERIES)} Rust series: {n} served, {na} not served ({na - later} "
+        f"n/a in smg, {later} not yet)."
     )
     return head + "\n\n" + "\n".join(rows) + "\n"
 

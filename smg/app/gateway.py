@@ -212,7 +212,9 @@ class Gateway:
         self.metrics.registry.register(
             EngineLoadCollector(lambda: self.registry_cell.value, lambda: self.loads.value)
         )
-        self.metrics.registry.register(PolicyCollector(lambda: [self.policy]))
+        self.metrics.registry.register(
+            PolicyCollector(lambda: [self.policy], lambda: self.registry_cell.value)
+        )
         self.worker_http: HttpBackend | None = None  # while running: the workers' HTTP client
         self.bound_port: int | None = None
         self.bound_metrics_port: int | None = None

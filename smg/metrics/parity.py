@@ -167,7 +167,6 @@ NOT_SERVED: dict[str, str] = {
     "smg_engine_pd_kv_transfer_speed_gb_s": "the load poll keeps no per-rank PD (disagg) section",
     "smg_engine_pd_prefill_queue_reqs": "the load poll keeps no per-rank PD (disagg) section",
     "smg_kv_event_subscription_failures_total": "not yet: KV-event stream failures are logged only",
-    "smg_worker_routing_keys_active": "not yet: the manual policy's key table is not counted",
     "smg_prefix_hash_policy_branch_total": "not yet: the prefix-hash policy's branches are not "
     "counted",
     "smg_db_connections_active": "not yet: the storage backends' pools are not counted",

@@ -211,8 +211,13 @@ class PolicyCollector(Collector):
     """How the routing policies chose (their `branches` tallies) and the manual policy's table
     size, read at scrape time from the policies the gateway routes with."""
 
-    def __init__(self, policies: Callable[[], list[Any]]) -> None:
+    def __init__(
+        self,
+        policies: Callable[[], list[Any]],
+        snapshot: Callable[[], RegistrySnapshot] = RegistrySnapshot,
+    ) -> None:
         self.policies = policies
+        self.snapshot = snapshot
 
     def collect(self) -> Iterator[Family]:
         fams = {
@@ -223,6 +228,12 @@ class PolicyCollector(Collector):
             "smg_manual_policy_cache_entries", "Routing keys the manual policy holds"
         )
         held = 0
+        keys = GaugeMetricFamily(
+            "smg_worker_routing_keys_active",
+            "Routing keys the manual policy sends to each worker",
+            labels=["worker"],
+        )
+        urls = {w.worker_id: w.url for w in self.snapshot().workers}
         for p in self.policies():
             fam = fams.get(getattr(p, "name", ""))
             if fam is None:
@@ -231,6 +242,10 @@ class PolicyCollector(Collector):
                 fam.add_metric([branch], n)
             if p.name == "manual":
                 held += len(p)
+                for wid, n in p.keys_by_worker().items():
+                    if wid in urls:
+                        keys.add_metric([urls[wid]], n)
         entries.add_metric([], held)
         yield from fams.values()
         yield entries
+        yield keys

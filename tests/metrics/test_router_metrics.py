@@ -138,7 +138,8 @@ def test_the_policies_branches_follow_the_rust_names() -> None:
         policy.select(workers, RouteRequest(routing_key=key))  # type: ignore[arg-type]
     policy.select([], RouteRequest(routing_key="k1"))
     reg = CollectorRegistry()
-    reg.register(PolicyCollector(lambda: [policy]))
+    snap = type("Snap", (), {"workers": [type("S", (), {"worker_id": "a", "url": "http://a"})()]})
+    reg.register(PolicyCollector(lambda: [policy], lambda: snap))  # type: ignore[arg-type,return-value]
 
     def branch(name: str) -> float | None:
         return reg.get_sample_value("smg_manual_policy_branch_total", {"branch": name})
@@ -146,3 +147,7 @@ def test_the_policies_branches_follow_the_rust_names() -> None:
     assert (branch("no_routing_id"), branch("vacant"), branch("occupied_hit")) == (1, 2, 1)
     assert branch("no_healthy_workers") == 1
     assert reg.get_sample_value("smg_manual_policy_cache_entries") == 2
+    held = policy.keys_by_worker()
+    assert sum(held.values()) == 2
+    shown = reg.get_sample_value("smg_worker_routing_keys_active", {"worker": "http://a"})
+    assert shown == held.get("a")  # a worker holding no key has no sample

@@ -40,6 +40,13 @@ class ManualPolicy:
     def __len__(self) -> int:
         return len(self._sticky)
 
+    def keys_by_worker(self) -> dict[str, int]:
+        """Routing keys held per worker id (their primary): smg_worker_routing_keys_active."""
+        out: dict[str, int] = {}
+        for workers in self._sticky.values():
+            out[workers[0]] = out.get(workers[0], 0) + 1
+        return out
+
     def assignment(self, routing_key: str) -> tuple[str, ...] | None:
         """(primary, backup) worker ids of a key, or (primary,), or None if unknown."""
         return self._sticky.get(routing_key)

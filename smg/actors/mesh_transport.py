@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import random
 from collections import Counter, deque
 from collections.abc import Callable, Coroutine
@@ -41,6 +42,9 @@ STREAM_IDLE_S = 60.0
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+EPHEMERAL_BIND_TRIES = 8  # --mesh-port 0: UDP picks, TCP must get the same number
 
 
 @dataclass(slots=True)
@@ -124,17 +128,34 @@ class MeshTransport:
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self, spawn: Spawn) -> None:
         """Bind both sockets; background tasks are started with `spawn` (the owner's group)."""
-        loop = asyncio.get_running_loop()
         self._spawn = spawn
+        if self.port != 0:
+            await self._bind(self.port)
+            return
+        # port 0: the kernel picks the UDP port, and TCP needs the same number, which another
+        # socket may already hold (an outgoing connection's ephemeral port): pick again
+        for attempt in range(EPHEMERAL_BIND_TRIES):
+            try:
+                await self._bind(0)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or attempt == EPHEMERAL_BIND_TRIES - 1:
+                    raise
+
+    async def _bind(self, port: int) -> None:
+        loop = asyncio.get_running_loop()
         udp, _ = await loop.create_datagram_endpoint(
-            lambda: _UdpProtocol(self), local_addr=(self.host, self.port)
+            lambda: _UdpProtocol(self), local_addr=(self.host, port)
         )
-        self._udp = udp
-        if self.port == 0:
-            self.port = udp.get_extra_info("sockname")[1]
-        self._server = await asyncio.start_server(
-            self._serve_stream, self.host, self.port, reuse_address=True, limit=1 << 16
-        )
+        port = port or udp.get_extra_info("sockname")[1]
+        try:
+            self._server = await asyncio.start_server(
+                self._serve_stream, self.host, port, reuse_address=True, limit=1 << 16
+            )
+        except OSError:
+            udp.close()
+            raise
+        self._udp, self.port = udp, port
 
     async def close(self) -> None:
         self._closing = True

@@ -144,3 +144,33 @@ async def test_a_keyless_node_reads_only_loopback_unless_insecure() -> None:
     _UdpProtocol(keyless.t).datagram_received(plain, ("127.0.0.2", 4000))
     _UdpProtocol(keyless.t).datagram_received(plain, ("::ffff:127.0.0.2", 4000, 0, 0))
     assert len(keyless.packets) == 2  # loopback peers are read
+
+
+async def test_port_zero_picks_again_when_the_tcp_half_is_taken(monkeypatch: Any) -> None:
+    # --mesh-port 0: the kernel picks the UDP port and TCP must bind the same number, which an
+    # outgoing connection may hold (CI saw EADDRINUSE): the transport picks again
+    import errno
+
+    from smg.actors import mesh_transport
+
+    real = asyncio.start_server
+    refused: list[int] = []
+
+    async def taken_once(*args: Any, **kwargs: Any) -> asyncio.Server:
+        if not refused:
+            refused.append(args[2])
+            raise OSError(errno.EADDRINUSE, "address already in use")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(mesh_transport.asyncio, "start_server", taken_once)
+    a, b = Node("127.0.0.1"), Node("127.0.0.1")
+    await a.start()
+    await b.start()
+    try:
+        assert refused and a.t.port != 0
+        a.t.send(b.addr, Ping(7, "b"))
+        a.t.stream(b.addr, DocUpdate("workers", b"x"))
+        await until(lambda: b.packets and b.streams)
+    finally:
+        await a.close()
+        await b.close()

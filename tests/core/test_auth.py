@@ -82,7 +82,7 @@ EXPECTED_ROUTES = {
     "/v1/conversations/{id}/items": DATA, "/v1/conversations/{id}/items/{item_id}": DATA,
     "/parse/function_call": ADMIN, "/parse/reasoning": ADMIN, "/get_loads": ADMIN,
     "/workers": ADMIN, "/workers/{worker_id}": ADMIN, "/mesh/status": ADMIN, "/mesh/faults": ADMIN,
-    "/flush_cache": ADMIN,
+    "/flush_cache": ADMIN, "/engine_metrics": ADMIN,
     "/health": PUBLIC, "/liveness": PUBLIC, "/readiness": PUBLIC,
 }  # fmt: skip
 

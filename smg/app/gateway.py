@@ -121,9 +121,11 @@ class Gateway:
         *,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        reuse_port: bool = False,
     ) -> None:
         cfg = with_discovery(cfg)  # a bad discovery flag fails here; discovery turns IGW on
         self.cfg = cfg
+        self.reuse_port = reuse_port  # one of `--workers N` processes: the port is shared
         # a malformed --prefill entry or a worker URL the address policy refuses fails here,
         # before anything starts (host names are resolved and checked at the start of `run`)
         self.url_guard = address_guard(cfg)
@@ -385,6 +387,7 @@ class Gateway:
             protocol_factory=self.guard.factory(web_runner.server),
             handshake_timeout_s=cfg.limits.header_timeout_secs or None,
             ssl_context=self.tls.server,
+            reuse_port=self.reuse_port,
         )
         self.bound_port = bound_port(site)
         gate = [metrics_middleware(self.auth)]  # /metrics: a control-plane credential, any role

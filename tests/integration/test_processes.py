@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from .conftest import Gateway, Launcher, Sim, http, wait_until
+from .test_shutdown import streamed
 
 MSGS = [{"role": "user", "content": "processes"}]
 BODY = {"model": "m", "messages": MSGS, "max_tokens": 2}
@@ -137,17 +138,8 @@ def test_rate_limit_is_global_and_sigterm_drains_both(launch: Launcher) -> None:
     time.sleep(1.1)  # a fresh window for the streams
     kids = children(gw)
 
-    def streamed() -> str:
-        with gw.client() as client:
-            chunks = list(
-                client.chat.completions.create(model="m", messages=MSGS, max_tokens=30, stream=True)
-            )
-        finish = [ch.finish_reason for c in chunks for ch in c.choices if ch.finish_reason]
-        assert finish == ["length"], finish
-        return "".join(ch.delta.content or "" for c in chunks for ch in c.choices)
-
     with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(streamed) for _ in range(2)]
+        futures = [pool.submit(streamed, gw) for _ in range(2)]
         wait_until(lambda: sim.stats()["in_flight"] == 2, 5.0, "two streams on the worker")
         gw.proc.signal(signal.SIGTERM)
         texts = [f.result(timeout=10) for f in futures]

@@ -149,3 +149,22 @@ def test_rate_limit_is_global_and_sigterm_drains_both(launch: Launcher) -> None:
     assert sim.stats()["cancelled_streams"] == 0
     with pytest.raises(OSError):  # nobody serves the port any more
         http("GET", gw.url + "/liveness", timeout_s=1.0)
+
+
+def test_processes_whose_parent_is_killed_stop(launch: Launcher) -> None:
+    sim = launch.sim("m")
+    gw = start_group(launch, [sim])
+    kids = children(gw)
+    gw.proc.kill()  # SIGKILL: nothing forwarded; each child notices its parent is gone
+    wait_until(
+        lambda: not any(Path(f"/proc/{pid}/status").exists() and not zombie(pid) for pid in kids),
+        10.0,
+        "the orphaned processes to stop",
+    )
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False

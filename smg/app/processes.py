@@ -280,22 +280,33 @@ class ProcessGroup:
             ]
             timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
             async with aiohttp.ClientSession(timeout=timeout) as session:
-                for child in self.children:
-                    await self._spawn(child)
-                status = await self._wait_started(session, stop)
-                if status or stop.is_set():
-                    return await self._stop_all() or status
-                metrics = await self._serve_metrics(session)
-                log.info("processes_listening", port=self.port, processes=self.count)
                 try:
-                    async with asyncio.TaskGroup() as tg:
-                        for child in self.children:
-                            tg.create_task(self._watch(child, stop), name=f"process-{child.index}")
-                        await stop.wait()
-                        return await self._stop_all()
-                finally:
-                    if metrics is not None:
-                        await metrics.cleanup()
+                    return await self._serve(session, stop)
+                finally:  # whatever went wrong here, no child outlives the parent's run
+                    if not self.stopping:
+                        await self._stop_all()
+
+    async def _serve(self, session: aiohttp.ClientSession, stop: asyncio.Event) -> int:
+        for child in self.children:
+            await self._spawn(child)
+        status = await self._wait_started(session, stop)
+        if status or stop.is_set():
+            return await self._stop_all() or status
+        try:
+            metrics = await self._serve_metrics(session)
+        except OSError as exc:
+            port = self.cfg.observability.prometheus_port
+            raise ConfigError(f"--prometheus-port {port}: failed to bind: {exc.strerror}") from None
+        log.info("processes_listening", port=self.port, processes=self.count)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for child in self.children:
+                    tg.create_task(self._watch(child, stop), name=f"process-{child.index}")
+                await stop.wait()
+                return await self._stop_all()
+        finally:
+            if metrics is not None:
+                await metrics.cleanup()
 
 
 async def serve_child(cfg: GatewayConfig, index: int, parent_pid: int, stop: asyncio.Event) -> None:

@@ -118,6 +118,17 @@ def test_a_killed_process_is_replaced(group: tuple[Gateway, list[Sim]]) -> None:
     wait_until(both_serve, 15.0, "both processes serving again")
 
 
+def test_processes_whose_parent_is_killed_stop(group: tuple[Gateway, list[Sim]]) -> None:
+    gw, _ = group  # the module's group ends here
+    kids = children(gw)
+    gw.proc.kill()  # SIGKILL: nothing forwarded; each child notices its parent is gone
+    wait_until(
+        lambda: not any(Path(f"/proc/{pid}/status").exists() and not zombie(pid) for pid in kids),
+        10.0,
+        "the orphaned processes to stop",
+    )
+
+
 def test_rate_limit_is_global_and_sigterm_drains_both(launch: Launcher) -> None:
     sim = launch.sim("m", tokens_per_second=20)
     opts: dict[str, Any] = {"rate_limit_tokens_per_second": 10, "mesh_profile": "lan"}
@@ -149,18 +160,6 @@ def test_rate_limit_is_global_and_sigterm_drains_both(launch: Launcher) -> None:
     assert sim.stats()["cancelled_streams"] == 0
     with pytest.raises(OSError):  # nobody serves the port any more
         http("GET", gw.url + "/liveness", timeout_s=1.0)
-
-
-def test_processes_whose_parent_is_killed_stop(launch: Launcher) -> None:
-    sim = launch.sim("m")
-    gw = start_group(launch, [sim])
-    kids = children(gw)
-    gw.proc.kill()  # SIGKILL: nothing forwarded; each child notices its parent is gone
-    wait_until(
-        lambda: not any(Path(f"/proc/{pid}/status").exists() and not zombie(pid) for pid in kids),
-        10.0,
-        "the orphaned processes to stop",
-    )
 
 
 def zombie(pid: int) -> bool:

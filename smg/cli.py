@@ -435,15 +435,22 @@ def _serve_gateway(cfg: GatewayConfig, command: str, args: Sequence[str]) -> int
     chosen = plan(cfg, command, os.cpu_count())
     log = structlog.get_logger("smg.processes")
     if chosen.count == 1:
-        if cfg.server.workers == 0:
-            log.info("processes_single", reason=chosen.reason)
-        run_until_signal(lambda stop: Gateway(cfg).run(stop))
+
+        async def single(stop: asyncio.Event) -> None:
+            gateway = Gateway(cfg)  # a bad config fails here with one line, before this log
+            if cfg.server.workers == 0:
+                log.info("processes_single", reason=chosen.reason)
+            await gateway.run(stop)
+
+        run_until_signal(single)
         return 0
-    Gateway(cfg)  # a bad config fails here, once, before any child starts
-    log.info("processes_starting", processes=chosen.count, reason=chosen.reason)
     status = [0]
 
     async def group(stop: asyncio.Event) -> None:
+        # a bad config, a refused worker name, a history backend that cannot serve: one line,
+        # once, before any child starts
+        await Gateway(cfg).preflight()
+        log.info("processes_starting", processes=chosen.count, reason=chosen.reason)
         status[0] = await ProcessGroup(cfg, launch_args(args), chosen.count).run(stop)
 
     run_until_signal(group)

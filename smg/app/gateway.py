@@ -287,6 +287,14 @@ class Gateway:
         self.events.close()
         log.info("gateway_stopped")
 
+    async def preflight(self) -> None:
+        """What `run` checks first (worker names, required MCP servers, the history backend),
+        without serving: a `--workers N` parent runs it once, so a bad start is one line."""
+        await check_startup_names(self.cfg, self.url_guard)
+        await check_mcp_servers(self.mcp_config, self.clock)
+        history = await self._open_history()
+        await history.close()
+
     async def _open_history(self) -> Storage:
         """The stored responses and conversations (`--history-backend`), connected and migrated;
         a backend that cannot be opened stops the start with one line (no URL in it)."""

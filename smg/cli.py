@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import os
 import re
@@ -369,7 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    command, ns = parse(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    command, ns = parse(args)
     from smg import logs
 
     if command in ("launch", "node"):
@@ -381,10 +383,7 @@ def _main(argv: Sequence[str] | None) -> int:
             logs.configure(obs.log_level, obs.log_json, obs.log_dir)
         except OSError as exc:
             raise ConfigError(f"--log-dir {obs.log_dir}: {exc.strerror or exc}") from None
-        from smg.app.gateway import Gateway
-
-        run_until_signal(lambda stop: Gateway(cfg).run(stop))
-        return 0
+        return _serve_gateway(cfg, command, args)
     if command == "sim":
         logs.configure("info")
         if ns.grpc:
@@ -418,6 +417,44 @@ def _main(argv: Sequence[str] | None) -> int:
         )
         return 0
     raise SystemExit(f"unknown command {command}")
+
+
+def _serve_gateway(cfg: GatewayConfig, command: str, args: Sequence[str]) -> int:
+    """One gateway process, or (`--workers N`) a parent running N of them on one port."""
+    import structlog
+
+    from smg.app.gateway import Gateway
+    from smg.app.processes import ProcessGroup, serve_child
+    from smg.core.processes import PARENT_ENV, SLOT_ENV, launch_args, parse_slot, plan
+
+    slot = parse_slot(os.environ.get(SLOT_ENV))
+    if slot is not None:  # one of the group, started by its parent
+        parent = int(os.environ.get(PARENT_ENV) or 0)
+        run_until_signal(lambda stop: serve_child(cfg, slot[0], parent, stop))
+        return 0
+    chosen = plan(cfg, command, os.cpu_count())
+    log = structlog.get_logger("smg.processes")
+    if chosen.count == 1:
+
+        async def single(stop: asyncio.Event) -> None:
+            gateway = Gateway(cfg)  # a bad config fails here with one line, before this log
+            if cfg.server.workers == 0:
+                log.info("processes_single", reason=chosen.reason)
+            await gateway.run(stop)
+
+        run_until_signal(single)
+        return 0
+    status = [0]
+
+    async def group(stop: asyncio.Event) -> None:
+        # a bad config, a refused worker name, a history backend that cannot serve: one line,
+        # once, before any child starts
+        await Gateway(cfg).preflight()
+        log.info("processes_starting", processes=chosen.count, reason=chosen.reason)
+        status[0] = await ProcessGroup(cfg, launch_args(args), chosen.count).run(stop)
+
+    run_until_signal(group)
+    return status[0]
 
 
 if __name__ == "__main__":

@@ -329,6 +329,11 @@ class MeshTransport:
                     self.on_stream(peer, msg)
         except (OSError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            # `close` ended it: end normally, as Python 3.11's stream server logs a traceback
+            # for a handler task that ends cancelled (its callback calls `task.exception()`)
+            if not self._closing:
+                raise
         finally:
             writer.close()
             if task is not None:

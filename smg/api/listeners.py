@@ -31,13 +31,10 @@ class _Site(web.TCPSite):
         port: int,
         *,
         protocol_factory: Callable[[], Any],
-        ssl_context: ssl.SSLContext | None,
         handshake_timeout_s: float | None,
-        backlog: int,
+        **site_options: Any,
     ) -> None:
-        super().__init__(
-            runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_address=True
-        )
+        super().__init__(runner, host, port, **site_options)
         self._factory = protocol_factory
         self._handshake_timeout_s = handshake_timeout_s
 
@@ -53,6 +50,7 @@ class _Site(web.TCPSite):
             ssl=self._ssl_context,
             backlog=self._backlog,
             reuse_address=True,
+            reuse_port=self._reuse_port,
             **extra,
         )
 
@@ -66,24 +64,29 @@ async def start_site(
     ssl_context: ssl.SSLContext | None = None,
     handshake_timeout_s: float | None = None,
     backlog: int = BACKLOG,
+    reuse_port: bool = False,
 ) -> web.TCPSite:
     """Listen on (host, port) for `runner`'s app, over TLS with `ssl_context`. Connections are
     made by `protocol_factory` (the connection guard's) when given; a TLS handshake must end
-    within `handshake_timeout_s` (its bytes come before any HTTP deadline can apply)."""
+    within `handshake_timeout_s` (its bytes come before any HTTP deadline can apply). With
+    `reuse_port` (`--workers N`), the port is shared by every process of the group."""
+    options: dict[str, Any] = {
+        "ssl_context": ssl_context,
+        "backlog": backlog,
+        "reuse_address": True,
+        "reuse_port": reuse_port or None,
+    }
     site: web.TCPSite
     if protocol_factory is None:
-        site = web.TCPSite(
-            runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_address=True
-        )
+        site = web.TCPSite(runner, host, port, **options)
     else:
         site = _Site(
             runner,
             host,
             port,
             protocol_factory=protocol_factory,
-            ssl_context=ssl_context,
             handshake_timeout_s=handshake_timeout_s,
-            backlog=backlog,
+            **options,
         )
     await site.start()
     return site

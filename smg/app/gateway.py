@@ -125,9 +125,11 @@ class Gateway:
         *,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        reuse_port: bool = False,
     ) -> None:
         cfg = with_discovery(cfg)  # a bad discovery flag fails here; discovery turns IGW on
         self.cfg = cfg
+        self.reuse_port = reuse_port  # one of `--workers N` processes: the port is shared
         # a malformed --prefill entry or a worker URL the address policy refuses fails here,
         # before anything starts (host names are resolved and checked at the start of `run`)
         self.url_guard = address_guard(cfg)
@@ -303,6 +305,14 @@ class Gateway:
         self.events.close()
         log.info("gateway_stopped")
 
+    async def preflight(self) -> None:
+        """What `run` checks first (worker names, required MCP servers, the history backend),
+        without serving: a `--workers N` parent runs it once, so a bad start is one line."""
+        await check_startup_names(self.cfg, self.url_guard)
+        await check_mcp_servers(self.mcp_config, self.clock)
+        history = await self._open_history()
+        await history.close()
+
     async def _open_history(self) -> Storage:
         """The stored responses and conversations (`--history-backend`), connected and migrated;
         a backend that cannot be opened stops the start with one line (no URL in it)."""
@@ -406,6 +416,7 @@ class Gateway:
             protocol_factory=self.guard.factory(web_runner.server),
             handshake_timeout_s=cfg.limits.header_timeout_secs or None,
             ssl_context=self.tls.server,
+            reuse_port=self.reuse_port,
         )
         self.bound_port = bound_port(site)
         gate = [metrics_middleware(self.auth)]  # /metrics: a control-plane credential, any role

@@ -44,6 +44,14 @@ class ServerConfig:
     shutdown_grace_period_secs: float = knob(
         180.0, "On SIGTERM, how long in-flight requests may take to finish before exit."
     )
+    workers: int = knob(
+        0,
+        "smg's own flag (the Rust gateway has none): gateway processes serving --port together "
+        "(SO_REUSEPORT), sharing workers, admin changes, rate limits and cache hints over a "
+        "private loopback mesh; one /metrics with a `process` label. 0: the number of cores, "
+        "or 1 when the config keeps state one process cannot share (--history-backend memory, "
+        "--enable-mesh/smg node, TLS on the listener). 1: a single process.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

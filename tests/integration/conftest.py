@@ -531,12 +531,13 @@ class Launcher:
         decode: Iterable[Sim | Engine | str] = (),
         command: str = "launch",
         context: ssl.SSLContext | None = None,
+        processes: int = 1,
         **options: Any,
     ) -> Gateway:
         """Start a gateway in front of `workers`; wait until `ready` of them (default: all) are
         ready. Options are `smg launch` flags with underscores (`queue_size=0`). `prefill`
         ((worker, bootstrap port) pairs) and `decode` workers start it in PD mode. A TLS gateway
-        (`tls_cert_path=`...) is reached with `context`."""
+        (`tls_cert_path=`...) is reached with `context`. `processes`: its `--workers`."""
         urls = [w if isinstance(w, str) else w.url for w in workers]
         pd_prefill = [[w if isinstance(w, str) else w.url, p or "none"] for w, p in prefill]
         pd_decode = [[w if isinstance(w, str) else w.url] for w in decode]
@@ -558,6 +559,7 @@ class Launcher:
             "health_success_threshold": 1,
             "health_check_timeout_secs": 2,
             "log_level": "info",
+            "workers": processes,  # `--workers`: one gateway process unless a test asks
             "api_key": api_key,
             # gRPC workers' tokenizers (GetTokenizer) are cached here, never in ~/.cache
             "tokenizer_cache_dir": self.tmp / "tokenizer-cache",
@@ -580,6 +582,7 @@ class Launcher:
                     retries=retries - 1,
                     command=command,
                     context=context,
+                    processes=processes,
                     **options,
                 )
             raise

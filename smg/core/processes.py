@@ -1,0 +1,128 @@
+"""`--workers N`: how many gateway processes, and what each child is told (pure).
+
+The parent (smg/app/processes.py) runs N children, each a whole `smg launch --workers 1`
+gateway: they listen on the same port with SO_REUSEPORT (the kernel spreads connections by
+their 4-tuple) and form a private mesh on loopback, so the workers table, admin changes,
+rate-limit counts and cache summaries are replicated between them exactly as between gateways
+on different hosts. The cluster key of that mesh is random per boot and reaches the children
+only through their environment.
+
+Some state is not replicated by the mesh: stored responses and conversations of the `memory`
+backend live in one process, an explicit cluster mesh (`--enable-mesh`, `smg node`) would make
+each child a member of the user's cluster, and TLS on the metrics listener would need the
+parent to scrape its children over TLS. With those, `--workers 0` (the default: the number of
+cores) runs one process and says why; an explicit `--workers N > 1` is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from smg.config import ConfigError, GatewayConfig
+
+MAX_PROCESSES = 64
+SLOT_ENV = "SMG_PROCESS_SLOT"  # "i/N": this child's index and the count (set by the parent)
+PARENT_ENV = "SMG_PROCESS_PARENT"  # the parent's pid: a child whose parent is gone stops
+KEY_ENV = "SMG_CLUSTER_KEY"  # the private mesh's per-boot key (read as --cluster-key)
+# the user's own mesh settings must not reach the children's private mesh
+DROPPED_ENV = ("SMG_CLUSTER_KEY_SECONDARY", "SMG_MESH_PEER_URLS", "SMG_WORKERS")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    count: int
+    reason: str  # why this count (logged at start)
+
+
+def single_process_reasons(cfg: GatewayConfig, command: str) -> list[str]:
+    """What in `cfg` keeps state that N processes could not share."""
+    reasons = []
+    if cfg.storage.history_backend == "memory":
+        reasons.append(
+            "--history-backend memory keeps responses and conversations in one process "
+            "(use none, sqlite, postgres or redis)"
+        )
+    if command == "node" or cfg.mesh.enable_mesh or cfg.mesh.mesh_peer_urls:
+        reasons.append("a cluster mesh (--enable-mesh, smg node) is not split into processes yet")
+    if cfg.tls.tls_cert_path:
+        reasons.append("TLS on the listener is not served by several processes yet")
+    return reasons
+
+
+def plan(cfg: GatewayConfig, command: str, cpus: int | None) -> Plan:
+    asked = cfg.server.workers
+    if asked < 0 or asked > MAX_PROCESSES:
+        raise ConfigError(f"--workers must be 0 (the number of cores) to {MAX_PROCESSES}")
+    if asked == 1:
+        return Plan(1, "--workers 1")
+    reasons = single_process_reasons(cfg, command)
+    if asked == 0:
+        if reasons:
+            return Plan(1, reasons[0])
+        n = min(MAX_PROCESSES, max(1, cpus or 1))
+        return Plan(n, f"{n} cores")
+    if reasons:
+        raise ConfigError(f"--workers {asked}: {reasons[0]}; or run --workers 1")
+    return Plan(asked, f"--workers {asked}")
+
+
+def parse_slot(text: str | None) -> tuple[int, int] | None:
+    """`SMG_PROCESS_SLOT` ("i/N") as (i, N), or None for a process that is not a child."""
+    if not text:
+        return None
+    index, _, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        return None
+    return (i, n) if 0 <= i < n <= MAX_PROCESSES else None
+
+
+def launch_args(argv: Sequence[str]) -> list[str]:
+    """The user's `smg launch` arguments without the command word."""
+    args = list(argv)
+    return args[1:] if args and args[0] == "launch" else args
+
+
+def child_argv(
+    user_args: Sequence[str],
+    *,
+    port: int,
+    mesh_port: int,
+    peer_mesh_ports: Sequence[int],
+    metrics_port: int,
+) -> list[str]:
+    """A child's `smg launch` arguments: the user's, then what makes it one of the group (later
+    flags win; the user's mesh and metrics flags are overridden)."""
+    peers = [f"127.0.0.1:{p}" for p in peer_mesh_ports]
+    return [
+        "launch",
+        *user_args,
+        "--workers", "1",
+        "--port", str(port),
+        "--enable-mesh",
+        "--mesh-host", "127.0.0.1",
+        "--mesh-port", str(mesh_port),
+        *(["--mesh-peer-urls", *peers] if peers else []),
+        "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", str(metrics_port),
+    ]  # fmt: skip
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Restart delays of one child: 0.5 s doubling to `cap_s`; a child that served for
+    `reset_after_s` starts again from the first delay."""
+
+    first_s: float = 0.5
+    cap_s: float = 30.0
+    reset_after_s: float = 60.0
+    failures: int = 0
+
+    def next_delay(self, lived_s: float) -> float:
+        if lived_s >= self.reset_after_s:
+            self.failures = 0
+        delay = min(self.cap_s, self.first_s * 2**self.failures)
+        self.failures += 1
+        return delay

@@ -74,6 +74,7 @@ from smg.config import (
     load_mcp_config,
     model_aliases,
 )
+from smg.core.health import HealthStatus
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.flow.admission import Admission
 from smg.flow.inflight import InFlight
@@ -99,6 +100,8 @@ log = structlog.get_logger("smg.gateway")
 # client still sends for this long, so the client sees the answer instead of a reset; short, as
 # a sender of an endless body holds its connection (and our CPU) that long.
 _LINGER_S = 2.0
+FIRST_CHECKS_WAIT_S = 10.0  # --workers N: a process waits this long for its workers' first checks
+FIRST_CHECKS_POLL_S = 0.05
 _FLUSH_WORKER_TIMEOUT_S = 10.0  # one worker's /flush_cache (the fan-out has its own limit)
 
 
@@ -386,6 +389,8 @@ class Gateway:
         await web_runner.setup()
         metrics_runner: web.AppRunner | None = None
         try:
+            if self.reuse_port:
+                await self._first_checks()
             metrics_runner = await self._listen(web_runner)
             self.started.set()
             # Everything built at start-up lives as long as the process: keep it out of the
@@ -404,6 +409,17 @@ class Gateway:
             await web_runner.cleanup()
             if metrics_runner is not None:
                 await metrics_runner.cleanup()
+
+    async def _first_checks(self) -> None:
+        """One of `--workers N` processes listens once its start-up workers have had their first
+        health checks (at most FIRST_CHECKS_WAIT_S): the kernel gives a listening process its
+        share of connections at once, so one that listened earlier (a restarted one under load
+        too) answered them 503 while its siblings served."""
+        deadline = self.clock.now() + FIRST_CHECKS_WAIT_S
+        while self.clock.now() < deadline and any(
+            w.health is HealthStatus.PENDING for w in self.registry_cell.value.workers
+        ):
+            await self.clock.sleep(FIRST_CHECKS_POLL_S)
 
     async def _listen(self, web_runner: web.AppRunner) -> web.AppRunner | None:
         """Open the client listener and the metrics one; the metrics runner, if any."""

@@ -158,6 +158,7 @@ class _Connection(asyncio.Protocol):
         self._tick: asyncio.TimerHandle | None = None
         self._ping_due: asyncio.TimerHandle | None = None
         self._write_paused = False  # the transport's buffer is full: the engine is not reading
+        self._flush_due = False  # a write is scheduled for the end of this loop turn
 
     @property
     def usable(self) -> bool:
@@ -180,7 +181,7 @@ class _Connection(asyncio.Protocol):
         sid = self.core.start_call(header_block, message)
         call._conn, call._sid = self, sid
         self.calls[sid] = call
-        self._flush()
+        self._flush_soon()
 
     def cancel_stream(self, sid: int) -> None:
         if self.calls.pop(sid, None) is not None and not self.closed:
@@ -192,7 +193,7 @@ class _Connection(asyncio.Protocol):
         """The caller took `messages` of stream `sid`: credit them (when a batch is due)."""
         if not self.closed:
             self.core.consumed(sid, sum(map(len, messages)) + 5 * len(messages))
-            self._flush()
+            self._flush_soon()
 
     def data_received(self, data: bytes) -> None:
         self._heard = True
@@ -207,7 +208,7 @@ class _Connection(asyncio.Protocol):
                 self.transport.abort()
             return
         self._dispatch(events)
-        self._flush()
+        self._flush_soon()
         self._retire_if_idle()
 
     def _dispatch(self, events: list[Event]) -> None:
@@ -282,6 +283,18 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._flush()
+
+    def _flush_soon(self) -> None:
+        """Write what the core has at the end of this loop turn: the calls opened, the credits
+        given and the acks due in one turn go out in one write (one syscall), not one each. A
+        write per call was 6 % of a gRPC request's CPU at 64 concurrent calls (py-spy)."""
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_due = False
         self._flush()
 
     def _flush(self) -> None:

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The floor under a Python gateway's per-request CPU: the least an HTTP/1.1 relay can do.
+
+Two bare relays of `POST /v1/chat/completions` to one upstream worker, with nothing of a gateway
+(no auth, limits, routing, metrics, errors, streaming): what is left is the transport alone.
+
+    --impl aiohttp  aiohttp's web server + one ClientSession (what smg serves with today)
+    --impl raw      asyncio Protocols with httptools' parsers on both sides, keep-alive pool
+
+Run each in the shared bench harness as `ours1` beside the Rust gateway and smg (bench/floor.sh),
+so the three are measured side by side in one run. Loopback only; for measurement, not serving.
+
+    python bench/floor_proxy.py --impl raw --port 18902 --upstream http://127.0.0.1:18901
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from urllib.parse import urlsplit
+
+MODELS = b'{"object":"list","data":[{"id":"fake-model","object":"model"}]}'
+CHAT = b"/v1/chat/completions"
+
+
+async def serve_aiohttp(port: int, upstream: str) -> None:
+    from aiohttp import ClientSession, TCPConnector, web
+
+    session = ClientSession(connector=TCPConnector(limit=0), auto_decompress=False)
+    url = upstream + CHAT.decode()
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.read()
+        async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+            data = await r.read()
+            return web.Response(body=data, status=r.status, content_type="application/json")
+
+    async def models(_: web.Request) -> web.Response:
+        return web.Response(body=MODELS, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post(CHAT.decode(), chat)
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+async def serve_raw(port: int, upstream: str) -> None:
+    import httptools
+
+    parts = urlsplit(upstream)
+    host, up_port = parts.hostname or "127.0.0.1", parts.port or 80
+    idle: list[Upstream] = []
+    head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n" % (
+        CHAT,
+        host.encode(),
+    )
+
+    class Upstream(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.parser = httptools.HttpResponseParser(self)
+            self.body: list[bytes] = []
+            self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+            self.transport: asyncio.Transport | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport  # type: ignore[assignment]
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_body(self, body: bytes) -> None:
+            self.body.append(body)
+
+        def on_message_complete(self) -> None:
+            waiter, self.waiter = self.waiter, None
+            body, self.body = b"".join(self.body), []
+            if waiter is not None and not waiter.done():
+                waiter.set_result((self.parser.get_status_code(), body))
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self in idle:
+                idle.remove(self)
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_exception(ConnectionError("upstream closed"))
+
+    async def relay(body: bytes) -> tuple[int, bytes]:
+        loop = asyncio.get_running_loop()
+        if idle:
+            up = idle.pop()
+        else:
+            _, up = await loop.create_connection(Upstream, host, up_port)
+        assert up.transport is not None
+        up.waiter = loop.create_future()
+        up.transport.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        answer = await up.waiter
+        idle.append(up)
+        return answer
+
+    class Client(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+            self.parser = httptools.HttpRequestParser(self)
+            self.url = b""
+            self.body: list[bytes] = []
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_url(self, url: bytes) -> None:
+            self.url = url
+
+        def on_body(self, body: bytes) -> None:
+            self.body.append(body)
+
+        def on_message_complete(self) -> None:
+            body, self.body = b"".join(self.body), []
+            asyncio.get_running_loop().create_task(self.answer(self.url, body))
+
+        async def answer(self, url: bytes, body: bytes) -> None:
+            if url == CHAT:
+                status, data = await relay(body)
+            else:
+                status, data = 200, MODELS
+            self.transport.write(
+                b"HTTP/1.1 %d OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                % (status, len(data))
+                + data
+            )
+
+    loop = asyncio.get_running_loop()
+    await loop.create_server(Client, "127.0.0.1", port)
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--impl", choices=("aiohttp", "raw"), required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--upstream", required=True, help="the worker's base URL")
+    args = ap.parse_args()
+    import uvloop
+
+    serve = serve_aiohttp if args.impl == "aiohttp" else serve_raw
+    uvloop.run(serve(args.port, args.upstream.rstrip("/")))
+
+
+if __name__ == "__main__":
+    main()

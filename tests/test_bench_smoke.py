@@ -14,6 +14,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
+import flame  # noqa: E402
 import overhead  # noqa: E402
 import stacks  # noqa: E402
 
@@ -43,6 +44,19 @@ def test_stacks_parse_and_group() -> None:
     assert stacks.short_path(f"{SITE}/aiohttp/web_protocol.py") == "aiohttp/web_protocol.py"
     text = stacks.render(s, top=3)
     assert "| 60.0 | `data_received (aiohttp/web_protocol.py)` | aiohttp server |" in text
+
+
+def test_flame_graph_merges_lines_and_scales_boxes() -> None:
+    root = flame.tree(RAW.splitlines())
+    assert root["n"] == 100  # the garbage line is skipped
+    top = root["kids"]["<module> (smg/__main__.py)"]
+    mw = top["kids"]["run (asyncio/runners.py)"]["kids"]["_middleware (/r/smg/api/middleware.py)"]
+    assert mw["n"] == 35  # its two lines merge; the metrics call below it is its child
+    assert mw["kids"]["request_done (/r/smg/metrics.py)"]["n"] == 25
+    drawn = flame.svg(root, "t")
+    assert drawn.count("<rect") == 8  # one box per distinct frame path (f, f, f: three deep)
+    assert f'width="{flame.WIDTH * 35 / 100:.1f}"' in drawn
+    assert "_middleware (/r/smg/api/middleware.py): 35 samples, 35.0 %" in drawn
 
 
 def _row(target: str, mode: str, conc: int, rep: int, p50: float, us: float | None) -> dict:

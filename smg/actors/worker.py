@@ -142,11 +142,18 @@ class WorkerActor(Actor):
         if result.adapters is not None and result.adapters != snap.adapters:
             snap = replace(snap, adapters=result.adapters)  # adapters loaded or unloaded
         ok = result.ok and snap.model_id is not None
-        if ok:
-            snap.counter.probes_ok += 1
+        counter = snap.counter
+        # passive health: a failed check of a READY worker that answered real traffic since the
+        # last check does not count (the probe was slow under load; the worker is serving)
+        excused = self.health.excused_failures
+        changed = self.health.observe(ok, now, answered=counter.answered)
+        if self.health.excused_failures != excused:
+            counter.probes_excused += 1
+            log.debug("worker_probe_excused", worker=snap.url, detail=result.detail or None)
+        elif ok:
+            counter.probes_ok += 1
         else:
-            snap.counter.probes_failed += 1
-        changed = self.health.observe(ok, now)
+            counter.probes_failed += 1
         if changed is not None:
             log.info(
                 "worker_health", worker=snap.url, status=changed.value, detail=result.detail or None

@@ -131,6 +131,9 @@ class SimConfig:
     failure_rate: float = knob(0.0, "Share of requests answered 500, at random.")
     seed: int = knob(0, "Seed of the worker's randomness (output text, failures).")
     unhealthy: bool = knob(False, "Start with /health answering 503 (toggle at /sim/health).")
+    health_delay_ms: float = knob(
+        0.0, "Delay of every /health answer (a slow probe; change it at /sim/config)."
+    )
     script: str | None = knob(
         None,
         'Scripted replies: a JSON file [{"when": "text in a message", "reply": "exact text"}, '

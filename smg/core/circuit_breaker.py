@@ -75,6 +75,13 @@ def is_failure_status(status: int) -> bool:
     return status == 408 or 500 <= status <= 599
 
 
+def is_failure_kind(kind: str) -> bool:
+    """Whether an attempt that got no answer (an `UpstreamError` of this kind) counts against
+    the breaker: "busy" (a gRPC engine's RESOURCE_EXHAUSTED, its 429) does not, for the reason
+    429 does not; a connection failure or a timeout does."""
+    return kind != "busy"
+
+
 class CircuitBreaker:
     """One worker's breaker. Not thread-safe: one owner feeds it outcomes in order of `now`."""
 

@@ -19,6 +19,16 @@ interval, if shorter, and, for a worker never ready yet, --worker-startup-check-
 shorter). So an engine started together with the gateway, or a worker back from an
 outage, serves within about two seconds of answering, not a whole interval (60 s by default)
 times the success threshold later.
+
+Passive health: a worker that answers real traffic is healthy. A failed (or timed-out) check of
+a READY worker that answered a request successfully since the previous check is *excused*: it
+does not count toward the failure threshold (and does not break a streak either). The shell
+passes `answered`, the worker's running count of successful answers (one integer the request
+path bumps; no message, no clock read per request). "Since the previous check" rather than
+"within the last N seconds": it needs no per-request timestamp, it follows the check interval
+whatever it is, and a worker that stops answering is judged by its next check alone. Under load
+a probe is slowest exactly when traffic is flowing, so a slow /health never takes out a worker
+that is serving; with no traffic, the checks alone decide, as before.
 """
 
 from __future__ import annotations
@@ -60,7 +70,9 @@ class ProbeResult:
 
 class WorkerHealth:
     __slots__ = (
+        "_answered",
         "_ever_ready",
+        "_excused",
         "_failed_after_s",
         "_failure_threshold",
         "_failures",
@@ -84,6 +96,8 @@ class WorkerHealth:
         self._successes = 0
         self._failures = 0
         self._not_ready_since: float | None = None
+        self._answered = 0  # the worker's successful answers as of the previous check
+        self._excused = 0  # failed checks not counted: the worker was answering traffic
         self.changed_at = now  # when the status last changed (None: never observed)
 
     @property
@@ -112,8 +126,26 @@ class WorkerHealth:
         """When the worker last stopped being ready (set in NOT_READY and FAILED)."""
         return self._not_ready_since
 
-    def observe(self, ok: bool, now: float) -> HealthStatus | None:
-        """Feed one health check result; return the new status if it changed."""
+    @property
+    def excused_failures(self) -> int:
+        """Failed checks not counted because the worker answered real traffic since the last."""
+        return self._excused
+
+    def _excuses(self, ok: bool, answered: int | None) -> bool:
+        """Whether a check result is excused by passive health (see the module doc); updates the
+        answered count seen. `answered` None: no passive signal (the check alone decides)."""
+        if answered is None:
+            return False
+        served = answered > self._answered
+        self._answered = answered
+        return not ok and served and self._status is HealthStatus.READY
+
+    def observe(self, ok: bool, now: float, answered: int | None = None) -> HealthStatus | None:
+        """Feed one health check result; return the new status if it changed. `answered`: the
+        worker's running count of successful answers to real requests (passive health)."""
+        if self._excuses(ok, answered):
+            self._excused += 1
+            return None
         if ok:
             self._successes += 1
             self._failures = 0

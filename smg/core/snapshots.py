@@ -35,10 +35,12 @@ class LoadCounter:
 
     __slots__ = (
         "active",
+        "answered",
         "cb_failure_streak",
         "cb_failures",
         "cb_success_streak",
         "cb_successes",
+        "probes_excused",
         "probes_failed",
         "probes_ok",
         "processed",
@@ -47,12 +49,14 @@ class LoadCounter:
     def __init__(self) -> None:
         self.active = 0
         self.processed = 0
+        self.answered = 0  # attempts that ended well (the request path): passive health
         self.cb_successes = 0  # outcomes the breaker recorded
         self.cb_failures = 0
         self.cb_failure_streak = 0  # the breaker's consecutive counts, as of its last outcome
         self.cb_success_streak = 0
         self.probes_ok = 0  # health checks
         self.probes_failed = 0
+        self.probes_excused = 0  # failed checks not counted: the worker was answering traffic
 
 
 @dataclass(frozen=True, slots=True)

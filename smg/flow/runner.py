@@ -26,7 +26,7 @@ import structlog
 from smg import errors, tracing
 from smg.actors.messages import Outcome
 from smg.clock import Clock
-from smg.core.circuit_breaker import is_failure_status
+from smg.core.circuit_breaker import is_failure_kind, is_failure_status
 from smg.core.retry import RetryPolicy, is_retryable_status
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
 from smg.pipeline import pd
@@ -82,6 +82,8 @@ def settle(worker: WorkerSnapshot, success: bool | None) -> None:
     counter.active -= 1
     counter.processed += 1
     if success is not None:
+        if success:
+            counter.answered += 1  # passive health: the worker's next failed probe is excused
         report(worker, success)
 
 
@@ -210,7 +212,8 @@ class Runner:
                     resp = await send(worker, left)
             except UpstreamError as exc:
                 counter.active -= 1
-                report(worker, False)
+                if is_failure_kind(exc.kind):  # a busy engine is back-pressure, not a failure
+                    report(worker, False)
                 self.metrics.upstream_failed(worker, exc.kind)
                 failed.add(worker.worker_id)
                 log.warning(

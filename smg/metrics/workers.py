@@ -117,6 +117,8 @@ class WorkerCollector(Collector):
             conns[(w.worker_type, mode)] += w.counter.active
             checks[(w.worker_type, "success")] += w.counter.probes_ok
             checks[(w.worker_type, "failure")] += w.counter.probes_failed
+            # failed checks not counted: the worker answered real traffic since the last one
+            checks[(w.worker_type, "excused")] += w.counter.probes_excused
         yield _family(
             GaugeMetricFamily, "smg_worker_pool_size",
             "Registered workers by type, connection mode and model",

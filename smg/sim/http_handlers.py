@@ -74,6 +74,7 @@ class Behaviour:
     output_tokens: int
     status_override: int | None = None
     healthy: bool = True
+    health_delay_ms: float = 0.0  # /health answers this late (a slow probe under load)
 
 
 @dataclass(slots=True)
@@ -105,6 +106,7 @@ class SimWorker:
             tokens_per_second=cfg.tokens_per_second,
             output_tokens=cfg.output_tokens,
             healthy=not cfg.unhealthy,
+            health_delay_ms=cfg.health_delay_ms,
         )
         self.stats = Stats()
         self._rank_load = [0] * max(1, cfg.dp_size)  # requests in flight per data-parallel rank
@@ -425,6 +427,9 @@ class SimWorker:
     # ---- discovery and health ---------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
+        delay_ms = self.behaviour.health_delay_ms
+        if delay_ms > 0:
+            await self.sleep(delay_ms / 1000)
         if self.behaviour.healthy:
             return web.Response(status=200)
         return error_response(ApiError(503, "sim_unhealthy", "Simulated worker is unhealthy"))

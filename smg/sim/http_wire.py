@@ -72,7 +72,11 @@ def behaviour_changes(body: dict[str, Any]) -> dict[str, Any]:
         number = type(value) in (int, float)
         if name == "failure_rate" and number and 0.0 <= value <= 1.0:
             changes[name] = float(value)
-        elif name in ("first_token_ms", "tokens_per_second") and number and value >= 0:
+        elif (
+            name in ("first_token_ms", "tokens_per_second", "health_delay_ms")
+            and number
+            and (value >= 0)
+        ):
             changes[name] = float(value)
         elif name == "output_tokens" and type(value) is int and 0 <= value <= CONTEXT_LENGTH:
             changes[name] = value

@@ -218,3 +218,28 @@ async def test_the_registry_publishes_a_workers_life_in_order() -> None:
     assert all(e.worker.worker_id == snap.worker_id for e in events)
     assert events[1].model_id == "m" and not events[0].imported and not events[-1].imported
     assert events[-1].worker.health is HealthStatus.NOT_READY  # its last snapshot
+
+
+async def test_a_worker_answering_traffic_survives_failed_checks() -> None:
+    """Passive health: a READY worker whose answers move between checks is not taken out by
+    failed (slow) checks; once the traffic stops, the same checks take it out."""
+    clock = FakeClock()
+    prober = ScriptedProber()
+    cell, registry, sups = await start(clock, prober, [])
+    try:
+        snap = await registry.ask(AddWorker("http://w:1"), 1.0)
+        await clock.advance(1.0)
+        w = cell.value.by_id[snap.worker_id]
+        assert w.health is HealthStatus.READY
+        prober.ok = False
+        for _ in range(5):  # five intervals, the request path answering in each
+            w.counter.answered += 7
+            await clock.advance(10.0)
+        w = cell.value.by_id[snap.worker_id]
+        assert w.health is HealthStatus.READY and w.routable(clock.now())
+        assert w.counter.probes_excused == 5 and w.counter.probes_failed == 0
+        await clock.advance(20.0)  # no traffic: two counted failures (threshold 2)
+        w = cell.value.by_id[snap.worker_id]
+        assert w.health is HealthStatus.NOT_READY and w.counter.probes_failed >= 2  # + rechecks
+    finally:
+        await stop(sups)

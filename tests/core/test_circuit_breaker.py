@@ -13,6 +13,7 @@ from smg.core.circuit_breaker import (
     BreakerState,
     CircuitBreaker,
     Transition,
+    is_failure_kind,
     is_failure_status,
 )
 
@@ -233,3 +234,9 @@ def test_snapshot_is_frozen_and_slotted() -> None:
 )
 def test_is_failure_status(status: int, failure: bool) -> None:
     assert is_failure_status(status) is failure
+
+
+def test_a_busy_engine_is_no_failure_of_its_breaker() -> None:
+    """RESOURCE_EXHAUSTED (busy) is back-pressure like 429; unreachable or late is a failure."""
+    assert not is_failure_kind("busy")
+    assert is_failure_kind("connect") and is_failure_kind("timeout")

@@ -129,3 +129,41 @@ def test_a_worker_not_ready_is_rechecked_soon_with_backoff_while_it_fails() -> N
     assert h.recheck_in(60.0) == RECHECK_S  # on its way to ready: the next check at once
     h.observe(True, 9.3)
     assert h.status is HealthStatus.READY and h.recheck_in(60.0) is None  # the interval will do
+
+
+def test_a_failed_check_of_a_worker_answering_traffic_is_excused() -> None:
+    """Passive health: answers since the previous check excuse a failed (slow) check."""
+    h = WorkerHealth(cfg(health_failure_threshold=2, health_success_threshold=1), now=0.0)
+    assert h.observe(True, 1.0, answered=0) is HealthStatus.READY
+    for k in range(10):  # traffic flows between every two checks: failures never count
+        assert h.observe(False, 2.0 + k, answered=5 * (k + 1)) is None
+        assert h.status is R and h.consecutive_failures == 0
+    assert h.excused_failures == 10
+    # traffic stopped (the count does not move): the checks alone decide
+    assert h.observe(False, 20.0, answered=50) is None
+    assert h.observe(False, 21.0, answered=50) is N
+    assert h.excused_failures == 10
+
+
+def test_answers_excuse_nothing_unless_ready() -> None:
+    h = WorkerHealth(cfg(health_failure_threshold=1, health_success_threshold=1), now=0.0)
+    assert h.observe(False, 1.0, answered=3) is N  # pending: a failed check counts
+    assert h.observe(False, 2.0, answered=6) is None  # not ready: still counts, stays down
+    assert h.status is N and h.excused_failures == 0 and h.consecutive_failures == 2
+    assert h.observe(True, 3.0, answered=6) is R
+
+
+def test_an_excused_check_neither_counts_nor_breaks_a_streak() -> None:
+    h = WorkerHealth(cfg(health_failure_threshold=2, health_success_threshold=1), now=0.0)
+    h.observe(True, 1.0, answered=0)
+    h.observe(False, 2.0, answered=0)  # counted: no answers since the last check
+    assert h.consecutive_failures == 1
+    h.observe(False, 3.0, answered=1)  # excused: the streak stays at one
+    assert h.consecutive_failures == 1 and h.status is R
+    assert h.observe(False, 4.0, answered=1) is N  # the second counted failure
+
+
+def test_without_a_passive_signal_checks_alone_decide() -> None:
+    h = WorkerHealth(cfg(health_failure_threshold=1, health_success_threshold=1), now=0.0)
+    h.observe(True, 1.0)
+    assert h.observe(False, 2.0) is N and h.excused_failures == 0

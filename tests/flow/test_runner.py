@@ -176,6 +176,20 @@ async def test_429_is_retried_but_not_counted_as_a_breaker_failure() -> None:
     assert log.told == [("http://a", True)]
 
 
+async def test_a_busy_engine_is_retried_elsewhere_and_not_counted_against_it() -> None:
+    """A gRPC engine's RESOURCE_EXHAUSTED (`busy`) is back-pressure: try another worker, tell
+    the busy one's breaker nothing. The attempt that ends well counts as an answer (passive
+    health), the one that failed does not."""
+    log = Outcomes()
+    a, b = worker("grpc://a", log), worker("grpc://b", log)
+    runner, backend, _, _ = make_runner([a, b], {"grpc://a": ["busy"], "grpc://b": [200]})
+    attempt = await open_once(runner)
+    assert attempt.worker.url == "grpc://b" and backend.calls == ["grpc://a", "grpc://b"]
+    assert log.told == []
+    runner.finish(attempt, True)
+    assert (a.counter.answered, b.counter.answered) == (0, 1)
+
+
 async def test_client_error_status_is_returned_without_retry() -> None:
     log = Outcomes()
     a, b = worker("http://a", log), worker("http://b", log)

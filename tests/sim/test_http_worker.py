@@ -346,3 +346,14 @@ async def test_native_generate_answers_in_sglangs_shape(sim: Sim) -> None:
     for bad, param in (({}, "text"), ({"text": "x", "sampling_params": 3}, "sampling_params")):
         status, err = await sim.post("/generate", bad)
         assert status == 400 and err["error"]["code"] == BAD and err["error"]["param"] == param
+
+
+async def test_slow_health() -> None:
+    """`health_delay_ms` delays /health (a slow probe), live-changeable at /sim/config."""
+    async for s in _launch(SimConfig(health_delay_ms=300)):
+        t0 = asyncio.get_running_loop().time()
+        assert (await s.get("/health"))[0] == 200
+        assert asyncio.get_running_loop().time() - t0 >= 0.29
+        status, beh = await s.post("/sim/config", {"health_delay_ms": 0})
+        assert status == 200 and beh["health_delay_ms"] == 0
+        assert (await s.post("/sim/config", {"health_delay_ms": -1}))[0] == 400

@@ -230,7 +230,11 @@ def refusal(exc: EngineError, url: str, engine_id: str) -> Exception:
     """What the runner gets when an engine refused a request before answering: an
     `UpstreamError` (try another engine, a breaker failure) when it is unavailable or
     overloaded, else the client's `ApiError` (the engine's word on the request: no failure of
-    the engine's, so its breaker is not told)."""
+    the engine's, so its breaker is not told). An engine out of room (RESOURCE_EXHAUSTED, the
+    gRPC word for HTTP's 429) is tried elsewhere too, but as `busy`: back-pressure from a
+    serving engine, not a failure that may open its breaker under load."""
+    if exc.status == "RESOURCE_EXHAUSTED":
+        return UpstreamError("busy", str(exc))
     if exc.http_status in (502, 503):
         return UpstreamError("connect", str(exc))
     if exc.http_status < 500:

@@ -51,7 +51,7 @@ class UpstreamError(Exception):
 
     def __init__(self, kind: str, detail: str, timeout_s: float = 0.0) -> None:
         super().__init__(f"{kind}: {detail}")
-        self.kind = kind  # "connect" | "timeout"
+        self.kind = kind  # "connect" | "timeout" | "busy" (an engine out of room: not a failure)
         self.detail = detail  # names the worker: for logs only
         self.timeout_s = timeout_s
 

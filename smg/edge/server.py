@@ -1,0 +1,405 @@
+"""The asyncio shell around the sans-IO HTTP/1.1 connection: one Protocol per client socket.
+
+Per connection: one request is answered at a time, in order; its handler runs as a task the
+connection owns (cancelled when the client goes). Reading pauses while the core holds
+`max_pipeline` parsed requests or `body_high_water` unread body bytes; writes wait for the
+transport's `resume_writing` (at most `write_timeout`, then the connection is aborted). Timers:
+the header block must arrive within `header_timeout` from the connect, or from the first byte of
+a later request (a partial head gets 408, then the close); an idle keep-alive connection closes
+after `keep_alive_timeout`; a body that stalls `body_timeout` gets 408. An exception from a
+handler becomes a 500 in OpenAI's error shape (an `ApiError` its own status) and the close.
+
+TLS: pass `ssl=` to `serve` (asyncio's create_server does the handshake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from smg import errors
+from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
+from smg.edge.h1_write import ResponseWriter
+from smg.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+JSON = ((b"Content-Type", b"application/json"),)
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    header: float = 10.0
+    keep_alive: float = 75.0
+    body: float = 60.0
+    write: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A whole response a handler may return instead of writing through `EdgeResponse`."""
+
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[bytes, bytes], ...] = JSON
+
+
+class EdgeRequest:
+    """The request being answered: its head and a bounded body reader."""
+
+    __slots__ = ("_conn", "_continued", "head", "peer")
+
+    def __init__(self, conn: H1Protocol, head: RequestHead, peer: object) -> None:
+        self._conn = conn
+        self.head = head
+        self.peer = peer
+        self._continued = not head.expect_continue
+
+    async def read_chunk(self) -> bytes:
+        """The next body bytes; b"" at the end. A body over the cap raises ApiError(413)."""
+        conn = self._conn
+        while True:
+            ev = conn.core.peek()
+            if type(ev) is Body:
+                conn.core.next_event()
+                conn.resume_if_room()
+                return ev.data
+            if type(ev) is End:
+                conn.core.next_event()
+                conn.body_done = True
+                return b""
+            if type(ev) is ProtocolError:
+                conn.core.next_event()
+                conn.closing = True
+                raise ApiError(ev.status, ev.code, ev.message)
+            if conn.core.done:  # EOF or an upgrade before the body ended
+                raise ApiError(400, "incomplete_request", "The request body ended early.")
+            if not self._continued and not conn.response.started:
+                self._continued = True
+                conn.transport.write(_CONTINUE)
+            await conn.wait_body()
+
+    async def read(self) -> bytes:
+        """The whole body (bounded by the core's `max_body`)."""
+        first = await self.read_chunk()
+        if not first:
+            return b""
+        parts = [first]
+        while chunk := await self.read_chunk():
+            parts.append(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class EdgeResponse:
+    """Writes the answer: `send` for a whole response, or `start`, `write`..., `end`."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: H1Protocol) -> None:
+        self._conn = conn
+
+    @property
+    def started(self) -> bool:
+        return self._conn.response.started
+
+    async def send(
+        self, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = JSON
+    ) -> None:
+        conn = self._conn
+        conn.before_head()
+        conn.transport.write(conn.response.whole(status, headers, body))
+        await conn.drain()
+
+    async def start(
+        self,
+        status: int,
+        headers: tuple[tuple[bytes, bytes], ...] = JSON,
+        content_length: int | None = None,
+    ) -> None:
+        conn = self._conn
+        conn.before_head()
+        conn.transport.write(conn.response.head(status, headers, content_length))
+
+    async def write(self, data: bytes) -> None:
+        conn = self._conn
+        if out := conn.response.body(data):
+            conn.transport.write(out)
+            await conn.drain()
+
+    async def end(self) -> None:
+        conn = self._conn
+        if out := conn.response.end():
+            conn.transport.write(out)
+
+
+Handler = Callable[[EdgeRequest, EdgeResponse], Awaitable[Reply | None]]
+
+
+_HEADER, _IDLE = 1, 2
+_NO_REQUEST = RequestHead(b"GET", b"/", "1.1", [], False, False, None)
+
+
+def _error_bytes(err: ApiError) -> bytes:
+    """A whole error response that closes the connection (no request to frame it for)."""
+    return ResponseWriter(_NO_REQUEST, closing=True).whole(err.status, JSON, err.to_json())
+
+
+class H1Protocol(asyncio.Protocol):
+    """One client connection; see the module doc."""
+
+    transport: asyncio.Transport
+
+    def __init__(self, server: EdgeServer) -> None:
+        self.server = server
+        self.handler = server.handler
+        self.timeouts = server.timeouts
+        self.loop = asyncio.get_running_loop()
+        self.core = H1Connection(server.limits)
+        self.response = ResponseWriter(_NO_REQUEST)
+        self.current: EdgeRequest | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.closing = False  # no further request will be served
+        self.body_done = True  # the current request's End was taken
+        self.peer: object = None
+        self._read_paused = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._body_waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_kind = 0
+        self._deadline = 0.0
+
+    # -- transport callbacks -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        self.server.connections.add(self)
+        self._set_timer(_HEADER, self.timeouts.header)
+
+    def data_received(self, data: bytes) -> None:
+        if self._timer_kind == _IDLE:
+            self._set_timer(_HEADER, self.timeouts.header)  # the first byte of a new request
+        core = self.core
+        core.feed(data)
+        if self.current is None:
+            self._next()
+        elif (w := self._body_waiter) is not None and not w.done():
+            w.set_result(None)
+        if not core.want_read and not self._read_paused and not self.transport.is_closing():
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        # A FIN reads as the client gone (as Go's server and aiohttp take it): a handler in
+        # flight is cancelled by connection_lost; nothing is answered to a half-closed socket.
+        self.core.feed_eof()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self.closing = True
+        self._timer_kind = 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.task is not None:
+            self.task.cancel()  # the client is gone: so is its handler
+        for fut in self._drain_waiters:
+            if not fut.done():
+                fut.set_exception(ConnectionResetError("the client closed the connection"))
+        self._drain_waiters.clear()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        for fut in self._drain_waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._drain_waiters.clear()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Start the next queued request, answer a protocol error, or wait (timers armed)."""
+        core = self.core
+        while (ev := core.next_event()) is not None:
+            t = type(ev)
+            if t is Head:
+                self._start(ev.head)  # type: ignore[union-attr]
+                break
+            if t is ProtocolError:
+                self._close_with(ApiError(ev.status, ev.code, ev.message))  # type: ignore[union-attr]
+                return
+            # Body/End of a request answered without reading them: dropped
+        else:
+            if core.done:
+                self.transport.close()
+                return
+            if self._timer_kind == _HEADER:
+                pass  # the head's deadline runs from its first byte, not from the latest
+            elif core.in_head:
+                self._set_timer(_HEADER, self.timeouts.header)
+            else:
+                self._set_timer(_IDLE, self.timeouts.keep_alive)
+        self.resume_if_room()
+
+    def _start(self, head: RequestHead) -> None:
+        self._timer_kind = 0
+        self.response = ResponseWriter(head, closing=self.closing)
+        self.body_done = False
+        req = self.current = EdgeRequest(self, head, self.peer)
+        self.task = self.loop.create_task(self._run(req))
+
+    async def _run(self, req: EdgeRequest) -> None:
+        resp = EdgeResponse(self)
+        try:
+            reply = await self.handler(req, resp)
+            if reply is not None:
+                await resp.send(reply.status, reply.body, reply.headers)
+            elif not self.response.started:
+                raise errors.internal("the handler returned no response")
+            elif not self.response.finished:
+                await resp.end()
+        except ApiError as err:
+            self._fail(err)
+        except (TimeoutError, ConnectionError):
+            self.transport.abort()
+        except Exception:
+            log.exception("edge handler failed: %s %s", req.head.method, req.head.path)
+            self._fail(errors.internal("the request handler failed"))
+        self._finish()
+
+    def _fail(self, err: ApiError) -> None:
+        self.closing = True
+        if self.response.started:
+            self.transport.abort()  # mid-body: only a cut can tell the client
+        else:
+            self.response.keep_alive = False
+            self.transport.write(self.response.whole(err.status, JSON, err.to_json()))
+
+    def _finish(self) -> None:
+        self.task = None
+        self.current = None
+        if self.transport.is_closing():
+            return
+        if not self.response.keep_alive or self.closing:
+            self.transport.close()
+            return
+        self._next()
+
+    def before_head(self) -> None:
+        """Called as a response starts: keep-alive only if the request's body is all here."""
+        if self.body_done:
+            return
+        for ev in self.core.events:
+            if type(ev) is End:
+                return
+            if type(ev) is not Body:
+                break
+        self.closing = True
+        self.response.keep_alive = False
+
+    def _close_with(self, err: ApiError) -> None:
+        self.closing = True
+        self.transport.write(_error_bytes(err))
+        self.transport.close()
+
+    # -- flow control -----------------------------------------------------------------------
+
+    def resume_if_room(self) -> None:
+        if self._read_paused and self.core.want_read and not self.transport.is_closing():
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    async def wait_body(self) -> None:
+        fut = self._body_waiter = self.loop.create_future()
+        self.resume_if_room()
+        try:
+            await asyncio.wait_for(fut, self.timeouts.body)
+        except TimeoutError:
+            raise errors.body_timeout(self.timeouts.body) from None
+        finally:
+            self._body_waiter = None
+
+    async def drain(self) -> None:
+        if not self._write_paused:
+            return
+        if self.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        fut = self.loop.create_future()
+        self._drain_waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, self.timeouts.write)
+        except TimeoutError:
+            self.transport.abort()  # the client stopped reading
+            raise
+
+    # -- timers (one handle; moved by updating the deadline, re-armed only when it fires) -----
+
+    def _set_timer(self, kind: int, seconds: float) -> None:
+        self._timer_kind = kind
+        deadline = self._deadline = self.loop.time() + seconds
+        if self._timer is None or self._timer.when() > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_at(deadline, self._expired)
+
+    def _expired(self) -> None:
+        self._timer = None
+        kind = self._timer_kind
+        if kind == 0 or self.transport.is_closing():
+            return
+        if self.loop.time() < self._deadline:
+            self._timer = self.loop.call_at(self._deadline, self._expired)
+            return
+        if kind == _HEADER and self.core.in_head:
+            secs = self.timeouts.header
+            msg = f"The request head did not arrive within {secs:g} s"
+            self._close_with(ApiError(408, "request_header_timeout", msg))
+        else:
+            self.transport.close()
+
+
+class EdgeServer:
+    """Owns the listener and its connections; `close` stops both."""
+
+    def __init__(
+        self, handler: Handler, *, limits: Limits = Limits(), timeouts: Timeouts = Timeouts()
+    ) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.timeouts = timeouts
+        self.connections: set[H1Protocol] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(
+        self, host: str, port: int, *, ssl: ssl.SSLContext | None = None, backlog: int = 1024
+    ) -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: H1Protocol(self), host, port, ssl=ssl, backlog=backlog
+        )
+        return self._server
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self, timeout: float = 5.0) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.transport.abort()  # connection_lost cancels its handler
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), timeout)
+            except TimeoutError:
+                log.warning("edge server: connections still open after %.1f s", timeout)

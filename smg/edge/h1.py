@@ -76,22 +76,23 @@ class RequestHead:
         return index.get(name.lower())
 
 
-@dataclass(frozen=True, slots=True)
+# events: slotted, not frozen (a frozen dataclass's __init__ costs object.__setattr__ calls)
+@dataclass(slots=True)
 class Head:
     head: RequestHead
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Body:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class End:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProtocolError:
     status: int
     code: str
@@ -99,6 +100,7 @@ class ProtocolError:
 
 
 Event = Head | Body | End | ProtocolError
+_FRAMING_INITIALS = frozenset(b"cte")
 END: Final = End()
 
 
@@ -127,6 +129,9 @@ class H1Connection:
         self._raw_head_bytes = 0  # counted from whole reads while the head is open (bound)
         self._body_bytes = 0
         self._trailers = False
+        self._length: int | None = None
+        self._chunked = False
+        self._expect = False
 
     # -- input ------------------------------------------------------------------------------
 
@@ -192,13 +197,26 @@ class H1Connection:
         self._count(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        n = self._head_bytes = self._head_bytes + len(name) + len(value) + 4
+        if n > self.limits.max_head_bytes:
+            self._stop(_head_too_large(self.limits))
         if self._trailers:  # chunked trailers: bounded like the head, then dropped
-            self._count(len(name) + len(value) + 4)
             return
-        self._headers.append((name, value))
-        if len(self._headers) > self.limits.max_headers:
+        headers = self._headers
+        headers.append((name, value))
+        if len(headers) > self.limits.max_headers:
             self._stop(ProtocolError(431, "too_many_headers", "Too many request headers."))
-        self._count(len(name) + len(value) + 4)
+        if name[0] | 0x20 in _FRAMING_INITIALS:  # c, t, e: maybe a header we act on
+            lower = name.lower()
+            if lower == b"content-length":
+                self._length = int(value)  # llhttp has checked the digits and repeats
+            elif lower == b"transfer-encoding":
+                if value.strip().lower() != b"chunked":
+                    msg = "Only Transfer-Encoding: chunked is supported."
+                    self._stop(ProtocolError(501, "transfer_encoding_not_implemented", msg))
+                self._chunked = True
+            elif lower == b"expect":
+                self._expect = value.lower() == b"100-continue"
 
     def _count(self, n: int) -> None:
         self._head_bytes += n
@@ -212,22 +230,9 @@ class H1Connection:
     def on_headers_complete(self) -> None:
         p = self._parser
         version = p.get_http_version()
-        if version not in ("1.1", "1.0"):
+        if version != "1.1" and version != "1.0":
             self._stop(ProtocolError(505, "http_version_not_supported", "Only HTTP/1.x here."))
-        length: int | None = None
-        chunked = False
-        expect = False
-        for name, value in self._headers:
-            n = name.lower()
-            if n == b"content-length":
-                length = int(value)  # llhttp has checked the digits and repeats
-            elif n == b"transfer-encoding":
-                if value.strip().lower() != b"chunked":
-                    msg = "Only Transfer-Encoding: chunked is supported."
-                    self._stop(ProtocolError(501, "transfer_encoding_not_implemented", msg))
-                chunked = True
-            elif n == b"expect":
-                expect = value.lower() == b"100-continue"
+        length = self._length
         if length is not None and length > self.limits.max_body:
             self._stop(_body_too_large(self.limits))
         head = RequestHead(
@@ -236,10 +241,10 @@ class H1Connection:
             version,
             self._headers,
             p.should_keep_alive(),
-            chunked,
+            self._chunked,
             length,
         )
-        head.expect_continue = expect
+        head.expect_continue = self._expect
         self.in_head = False
         self._trailers = True
         self.events.append(Head(head))

@@ -13,8 +13,29 @@ from http import HTTPStatus
 
 from smg.edge.h1 import RequestHead
 
-_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+_STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+_BLOCKS: dict[tuple[tuple[bytes, bytes], ...], bytes] = {}  # checked header tuples, rendered
+_BLOCKS_MAX = 256
+
+
+def _header_block(headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]) -> bytes:
+    """`headers` as wire lines, refusing framing headers (the writer's) and line breaks. A
+    tuple is checked once and remembered (most responses reuse a constant one)."""
+    cached = type(headers) is tuple and _BLOCKS.get(headers)
+    if cached:
+        return cached
+    parts = []
+    for name, value in headers:
+        if name.lower() in _FRAMING:
+            raise ValueError(f"{name!r} is the server's to set")
+        parts.append(b"%s: %s\r\n" % (name, value))
+    block = b"".join(parts)
+    if block.count(b"\n") != len(parts) or block.count(b"\r") != len(parts):
+        raise ValueError("a response header holds a line break")
+    if type(headers) is tuple and len(_BLOCKS) < _BLOCKS_MAX:
+        _BLOCKS[headers] = block
+    return block
 
 
 class ResponseWriter:
@@ -48,29 +69,27 @@ class ResponseWriter:
         if self.started:
             raise RuntimeError("the response has already started")
         self.started = True
-        lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))]
-        for name, value in headers:
-            if name.lower() in _FRAMING:
-                raise ValueError(f"{name!r} is the server's to set")
-            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
-                raise ValueError(f"header {name!r} holds a line break")
-            lines.append(name + b": " + value + b"\r\n")
-        if status < 200 or status in (204, 304):
+        line = _STATUS_LINES.get(status) or b"HTTP/1.1 %d Unknown\r\n" % status
+        block = _header_block(headers)
+        if status < 200 or status == 204 or status == 304:
             self._remaining = 0
+            framing = b""
         elif content_length is not None:
-            lines.append(b"Content-Length: %d\r\n" % content_length)
+            framing = b"Content-Length: %d\r\n" % content_length
             self._remaining = content_length
         elif self._http10:
             self.keep_alive = False  # the close ends the body
+            framing = b""
         else:
-            lines.append(b"Transfer-Encoding: chunked\r\n")
+            framing = b"Transfer-Encoding: chunked\r\n"
             self._chunked = True
         if not self.keep_alive:
-            lines.append(b"Connection: close\r\n")
+            framing += b"Connection: close\r\n\r\n"
         elif self._http10:
-            lines.append(b"Connection: keep-alive\r\n")
-        lines.append(b"\r\n")
-        return b"".join(lines)
+            framing += b"Connection: keep-alive\r\n\r\n"
+        else:
+            framing += b"\r\n"
+        return line + block + framing
 
     def body(self, data: bytes) -> bytes:
         if not self.started or self.finished:

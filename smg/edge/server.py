@@ -135,12 +135,9 @@ class H1Protocol(asyncio.Protocol):
             if core.done:
                 self.transport.close()
                 return
-            if self._timer_kind == _HEADER:
-                pass  # the head's deadline runs from its first byte, not from the latest
-            elif core.in_head:
-                self._set_timer(_HEADER, self.timeouts.header)
-            else:
-                self._set_timer(_IDLE, self.timeouts.keep_alive)
+            if self._timer_kind != _HEADER:  # a head's deadline runs from its first byte
+                tm = self.timeouts
+                self._set_timer(*((_HEADER, tm.header) if core.in_head else (_IDLE, tm.keep_alive)))
         self.resume_if_room()
 
     def _start(self, head: RequestHead) -> None:
@@ -154,8 +151,11 @@ class H1Protocol(asyncio.Protocol):
         resp = EdgeResponse(self)
         try:
             reply = await self.handler(req, resp)
-            if reply is not None:
-                await resp.send(reply.status, reply.body, reply.headers)
+            if reply is not None:  # EdgeResponse.send without its coroutine
+                self.before_head()
+                self.transport.write(self.response.whole(reply.status, reply.headers, reply.body))
+                if self._write_paused:
+                    await self.drain()
             elif not self.response.started:
                 raise errors.internal("the handler returned no response")
             elif not self.response.finished:

@@ -222,5 +222,11 @@ def test_head_request_gets_no_body_and_short_body_forces_close() -> None:
 def test_header_injection_and_framing_headers_are_refused() -> None:
     with pytest.raises(ValueError, match="line break"):
         ResponseWriter(_head(b"GET / HTTP/1.1\r\n\r\n")).head(200, [(b"X", b"a\r\nSet: b")])
+    with pytest.raises(ValueError, match="line break"):  # a tuple (cached once checked) too
+        ResponseWriter(_head(b"GET / HTTP/1.1\r\n\r\n")).head(200, ((b"X\nY", b"1"),))
+    ok = ((b"X-Ok", b"1"),)
+    for _ in range(2):  # checked, then served from the cache: the same bytes
+        out = ResponseWriter(_head(b"GET / HTTP/1.1\r\n\r\n")).whole(200, ok, b"")
+        assert out == b"HTTP/1.1 200 OK\r\nX-Ok: 1\r\nContent-Length: 0\r\n\r\n"
     with pytest.raises(ValueError, match="server's to set"):
         ResponseWriter(_head(b"GET / HTTP/1.1\r\n\r\n")).head(200, [(b"Content-Length", b"1")])

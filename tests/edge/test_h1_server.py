@@ -18,6 +18,7 @@ import trustme
 
 from smg.edge.h1 import Limits
 from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer, Reply, Timeouts
+from smg.errors import ApiError
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +66,8 @@ class App:
                 self.cancelled.set()
                 raise
             return Reply(200, b"{}")
+        if path == b"/missing":
+            raise ApiError(404, "unknown_url", "no such thing")
         if path == b"/boom":
             raise RuntimeError("secret detail that must not leak")
         return Reply(404, b'{"error":"nope"}')
@@ -76,7 +79,7 @@ async def app_server() -> AsyncIterator[tuple[App, EdgeServer]]:
     server = EdgeServer(
         app,
         limits=Limits(max_body=4 << 20, max_pipeline=4),
-        timeouts=Timeouts(header=0.5, keep_alive=5.0, body=2.0, write=5.0),
+        timeouts=Timeouts(header=0.5, keep_alive=5.0, body=0.5, write=5.0),
     )
     await server.start("127.0.0.1", 0)
     yield app, server
@@ -280,3 +283,57 @@ async def test_tls_with_trustme(tmp_path: Path) -> None:
         assert rc != 0
     finally:
         await server.close()
+
+
+async def test_an_api_error_keeps_the_connection_and_a_500_closes_it(
+    app_server: tuple[App, EdgeServer],
+) -> None:
+    app, server = app_server
+    base = f"http://127.0.0.1:{server.port}"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as s:
+        async with s.get(f"{base}/missing") as r:
+            assert r.status == 404 and "Connection" not in r.headers
+            assert orjson.loads(await r.read())["error"]["code"] == "unknown_url"
+        async with s.get(f"{base}/hello") as r:
+            assert r.status == 200
+        assert len(set(app.peers)) == 1  # the 404 kept the connection
+        async with s.get(f"{base}/boom") as r:
+            assert r.status == 500
+        async with s.get(f"{base}/hello") as r:
+            assert r.status == 200
+        assert len(set(app.peers)) == 2  # the 500 closed it
+
+
+async def test_a_chunked_body_over_the_cap_is_413_mid_body(
+    app_server: tuple[App, EdgeServer],
+) -> None:
+    _, server = app_server
+    chunk = b"x" * (1 << 20)
+    raw = b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+    raw += b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(5)) + b"0\r\n\r\n"
+    out = await raw_exchange(server.port, raw)
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 ") and b"Connection: close" in head
+    assert orjson.loads(body)["error"]["code"] == "body_too_large"
+
+
+async def test_a_stalled_body_gets_408(app_server: tuple[App, EdgeServer]) -> None:
+    _, server = app_server
+    raw = b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc"
+    started = time.monotonic()
+    out = await raw_exchange(server.port, raw)
+    assert out.startswith(b"HTTP/1.1 408 ") and b'"code":"request_body_timeout"' in out
+    assert 0.4 < time.monotonic() - started < 2.0  # body timeout 0.5 s
+
+
+async def test_http10_and_upgrade_requests_are_answered_then_closed(
+    app_server: tuple[App, EdgeServer],
+) -> None:
+    _, server = app_server
+    rc, out, err = await curl("--http1.0", "-i", f"http://127.0.0.1:{server.port}/hello")
+    assert rc == 0, err
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close\r\n" in out
+    upgrade = b"GET /hello HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"
+    out = await raw_exchange(server.port, upgrade + b"\x81\x05hello")
+    assert out.count(b"HTTP/1.1 ") == 1 and b"Connection: close\r\n" in out
+    assert out.endswith(b'{"ok":true}')  # served as plain HTTP, then closed: no upgrade

@@ -273,10 +273,13 @@ def _body_too_large(limits: Limits) -> ProtocolError:
 
 
 def _parse_error(exc: Exception) -> ProtocolError:
+    """llhttp's error as a status: its exact messages for a version (505) and a transfer coding
+    it cannot read (501); anything else, smuggling shapes included (Content-Length beside
+    Transfer-Encoding, bare LF line ends), is malformed (400)."""
     text = str(exc)
-    if "version" in text.lower():
+    if text == "Invalid HTTP version":
         return ProtocolError(505, "http_version_not_supported", "Only HTTP/1.x here.")
-    if "transfer-encoding" in text.lower():
+    if text == "Request has invalid `Transfer-Encoding`":
         msg = "Only Transfer-Encoding: chunked is supported."
         return ProtocolError(501, "transfer_encoding_not_implemented", msg)
     return ProtocolError(400, "malformed_request", f"Malformed HTTP request: {text}")

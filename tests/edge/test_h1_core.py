@@ -97,6 +97,12 @@ def test_header_lookup_is_case_insensitive_and_joins_repeats() -> None:
          "transfer_encoding_not_implemented"),
         (b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", {}, 400,
          "malformed_request"),
+        (b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", {},
+         400, "malformed_request"),  # a smuggling shape
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+         {}, 400, "malformed_request"),
+        (b"GET / HTTP/1.1\nHost: a\n\n", {}, 400, "malformed_request"),  # bare LF
+        (b"GET / HTTP/1.1\r\nHost: a\r\n X-Folded: b\r\n\r\n", {}, 400, "malformed_request"),
     ],
 )  # fmt: skip
 def test_each_bound_and_malformation_has_its_status(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,10 +16,13 @@ import aiohttp
 import orjson
 import pytest
 import trustme
+from support.ports import free_port
 
 from smg.edge.h1 import Limits
 from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer, Reply, Timeouts
 from smg.errors import ApiError
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 pytestmark = pytest.mark.integration
 
@@ -337,3 +341,42 @@ async def test_http10_and_upgrade_requests_are_answered_then_closed(
     out = await raw_exchange(server.port, upgrade + b"\x81\x05hello")
     assert out.count(b"HTTP/1.1 ") == 1 and b"Connection: close\r\n" in out
     assert out.endswith(b'{"ok":true}')  # served as plain HTTP, then closed: no upgrade
+
+
+async def test_the_floor_bench_lean_relay_serves(tmp_path: Path) -> None:
+    """bench/floor_proxy.py --impl lean (the edge in front of a bare httptools upstream), as
+    bench/floor.sh starts it, relays chat to an upstream and answers /v1/models itself."""
+    seen: list[bytes] = []
+
+    async def upstream(req: EdgeRequest, _: EdgeResponse) -> Reply:
+        seen.append(await req.read())
+        return Reply(200, b'{"object":"chat.completion"}')
+
+    up = EdgeServer(upstream)
+    await up.start("127.0.0.1", 0)
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(BENCH / "floor_proxy.py"), "--impl", "lean", "--port", str(port),
+        "--upstream", f"http://127.0.0.1:{up.port}",
+    )  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(50):  # up to 5 s for the child to listen
+                try:
+                    async with s.get(f"http://127.0.0.1:{port}/v1/models") as r:
+                        assert r.status == 200 and b"fake-model" in await r.read()
+                        break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.1)
+            else:
+                pytest.fail("floor_proxy.py --impl lean never listened")
+            for i in range(3):
+                url = f"http://127.0.0.1:{port}/v1/chat/completions"
+                async with s.post(url, data=b'{"n":%d}' % i) as r:
+                    assert r.status == 200
+                    assert await r.read() == b'{"object":"chat.completion"}'
+        assert seen == [b'{"n":0}', b'{"n":1}', b'{"n":2}']
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 5)
+        await up.close()

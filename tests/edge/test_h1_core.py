@@ -236,3 +236,59 @@ def test_header_injection_and_framing_headers_are_refused() -> None:
         assert out == b"HTTP/1.1 200 OK\r\nX-Ok: 1\r\nContent-Length: 0\r\n\r\n"
     with pytest.raises(ValueError, match="server's to set"):
         ResponseWriter(_head(b"GET / HTTP/1.1\r\n\r\n")).head(200, [(b"Content-Length", b"1")])
+
+
+_TOKEN = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=12)
+_VALUE = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 ;=/.", max_size=30).map(str.strip)
+
+
+@st.composite
+def _request(draw: st.DrawFn) -> tuple[bytes, tuple[object, ...], bytes]:
+    """One request's bytes, the head fields it must give, and its body."""
+    method = draw(st.sampled_from([b"GET", b"POST", b"PUT", b"DELETE"]))
+    path = b"/" + draw(_TOKEN).encode()
+    query = draw(st.sampled_from([b"", b"a=1", b"x=%20&y"]))
+    names = draw(st.lists(_TOKEN, max_size=6, unique_by=str.lower))
+    names = [n for n in names if n.lower() not in ("content-length", "transfer-encoding")]
+    headers = [(n.encode(), draw(_VALUE).encode()) for n in names]
+    body = draw(st.binary(max_size=300))
+    chunked = draw(st.booleans()) and bool(body)
+    target = path + (b"?" + query if query else b"")
+    raw = b"%s %s HTTP/1.1\r\n" % (method, target)
+    raw += b"".join(b"%s: %s\r\n" % h for h in headers)
+    if chunked:
+        raw += b"Transfer-Encoding: chunked\r\n\r\n"
+        cuts = sorted(draw(st.lists(st.integers(1, len(body)), max_size=4)))
+        for a, b in itertools.pairwise([0, *cuts, len(body)]):
+            if b > a:
+                raw += b"%x\r\n%s\r\n" % (b - a, body[a:b])
+        raw += b"0\r\n\r\n"
+    else:
+        raw += (b"Content-Length: %d\r\n" % len(body) if body else b"") + b"\r\n" + body
+    return raw, (method, path, query, chunked, tuple(headers)), body
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_request(), min_size=1, max_size=5), st.lists(st.integers(0, 4000), max_size=8))
+def test_random_pipelines_in_random_splits_give_each_request_and_body(
+    requests: list[tuple[bytes, tuple[object, ...], bytes]], cuts: list[int]
+) -> None:
+    stream = b"".join(r[0] for r in requests)
+    bounds = [0, *sorted(min(c, len(stream)) for c in cuts), len(stream)]
+    got = events([stream[a:b] for a, b in itertools.pairwise(bounds)])
+    want: list[object] = []
+    for _, (method, path, query, chunked, headers), body in requests:
+        want.append((method, path, query, chunked, headers))
+        if body:
+            want.append(Body(body))
+        want.append(End())
+    # the head as parsed, its headers without the framing one the generator added last
+    heads = [
+        (g[0], g[1], g[2], g[7], g[4][: len(g[4]) - bool(g[7] or g[8])])
+        for g in got
+        if isinstance(g, tuple)
+    ]
+    assert heads == [w for w in want if isinstance(w, tuple)]
+    assert [g for g in got if not isinstance(g, tuple)] == [
+        w for w in want if not isinstance(w, tuple)
+    ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from http import HTTPStatus
 
 from smg.edge.h1 import RequestHead
+from smg.errors import ApiError
 
 _STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in HTTPStatus}
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
@@ -125,3 +126,12 @@ class ResponseWriter:
         data = self.head(status, headers, len(body))
         self.finished = True
         return data if self._no_body else data + body
+
+
+NO_REQUEST = RequestHead(b"GET", b"/", "1.1", [], False, False, None)  # before any request
+_JSON = ((b"Content-Type", b"application/json"),)
+
+
+def error_bytes(err: ApiError) -> bytes:
+    """A whole error response that closes the connection (no request to frame it for)."""
+    return ResponseWriter(NO_REQUEST, closing=True).whole(err.status, _JSON, err.to_json())

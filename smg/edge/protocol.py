@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from smg import errors
 from smg.edge.exchange import JSON, EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
-from smg.edge.h1_write import ResponseWriter
+from smg.edge.h1_write import NO_REQUEST, ResponseWriter, error_bytes
 from smg.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -32,12 +32,6 @@ Handler = Callable[[EdgeRequest, EdgeResponse], Awaitable[Reply | None]]
 
 _HEADER, _IDLE = 1, 2
 LINGER = 2.0  # seconds a closing connection drops late input before it closes
-_NO_REQUEST = RequestHead(b"GET", b"/", "1.1", [], False, False, None)
-
-
-def _error_bytes(err: ApiError) -> bytes:
-    """A whole error response that closes the connection (no request to frame it for)."""
-    return ResponseWriter(_NO_REQUEST, closing=True).whole(err.status, JSON, err.to_json())
 
 
 class H1Protocol(asyncio.Protocol):
@@ -53,7 +47,7 @@ class H1Protocol(asyncio.Protocol):
         self.timeouts = timeouts
         self.loop = asyncio.get_running_loop()
         self.core = H1Connection(limits)
-        self.response = ResponseWriter(_NO_REQUEST)
+        self.response = ResponseWriter(NO_REQUEST)
         self.current: EdgeRequest | None = None
         self.task: asyncio.Task[None] | None = None
         self.closing = False  # no further request will be served
@@ -77,6 +71,14 @@ class H1Protocol(asyncio.Protocol):
         self.registry.add(self)
         self._set_timer(_HEADER, self.timeouts.header)
 
+    def shutdown(self) -> None:
+        """The server is stopping: close now if idle, else after the answer in flight."""
+        self.closing = True
+        if self.current is None:
+            self._close()
+        elif not self.response.started:
+            self.response.keep_alive = False
+
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return  # closing: late input is dropped
@@ -88,7 +90,9 @@ class H1Protocol(asyncio.Protocol):
             self._next()
         elif (w := self._body_waiter) is not None and not w.done():
             w.set_result(None)
-        if not core.want_read and not self._read_paused and not self.transport.is_closing():
+        if not (
+            core.want_read or self._read_paused or self._lingering or self.transport.is_closing()
+        ):
             self._read_paused = True
             self.transport.pause_reading()
 
@@ -213,7 +217,7 @@ class H1Protocol(asyncio.Protocol):
 
     def _close_with(self, err: ApiError) -> None:
         self.closing = True
-        self.transport.write(_error_bytes(err))
+        self.transport.write(error_bytes(err))
         self._close()
 
     def _close(self) -> None:

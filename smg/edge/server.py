@@ -15,8 +15,10 @@ import asyncio
 import logging
 import ssl
 
+from smg import errors
 from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Limits
+from smg.edge.h1_write import error_bytes
 from smg.edge.protocol import H1Protocol, Handler
 
 log = logging.getLogger(__name__)
@@ -28,20 +30,31 @@ class EdgeServer:
     """Owns the listener and its connections; `close` stops both."""
 
     def __init__(
-        self, handler: Handler, *, limits: Limits = Limits(), timeouts: Timeouts = Timeouts()
+        self,
+        handler: Handler,
+        *,
+        limits: Limits = Limits(),
+        timeouts: Timeouts = Timeouts(),
+        max_connections: int = 10_000,
     ) -> None:
         self.handler = handler
         self.limits = limits
         self.timeouts = timeouts
-        self.connections: set[H1Protocol] = set()
+        self.max_connections = max_connections
+        self.connections = _Connections()
         self._server: asyncio.Server | None = None
+
+    def _protocol(self) -> asyncio.Protocol:
+        if len(self.connections) >= self.max_connections:
+            return _Refuse(self.max_connections)
+        return H1Protocol(self.handler, self.limits, self.timeouts, self.connections)
 
     async def start(
         self, host: str, port: int, *, ssl: ssl.SSLContext | None = None, backlog: int = 1024
     ) -> asyncio.Server:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: H1Protocol(self.handler, self.limits, self.timeouts, self.connections),
+            self._protocol,
             host,
             port,
             ssl=ssl,
@@ -54,13 +67,54 @@ class EdgeServer:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def close(self, timeout: float = 5.0) -> None:
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop listening; idle connections close now, busy ones after their answer (which says
+        `Connection: close`); whatever is still open after `grace` s is cut (its handler
+        cancelled)."""
         if self._server is not None:
             self._server.close()
+        for conn in list(self.connections):
+            conn.shutdown()
+        try:
+            await asyncio.wait_for(self.connections.emptied(), grace)
+        except TimeoutError:
+            log.warning(
+                "edge server: %d connections cut after %.1f s", len(self.connections), grace
+            )
         for conn in list(self.connections):
             conn.transport.abort()  # connection_lost cancels its handler
         if self._server is not None:
             try:
-                await asyncio.wait_for(self._server.wait_closed(), timeout)
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
             except TimeoutError:
-                log.warning("edge server: connections still open after %.1f s", timeout)
+                log.warning("edge server: the listener did not close in 1 s")
+
+
+class _Connections(set[H1Protocol]):
+    """The open connections; `emptied()` waits until none is left."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._empty: asyncio.Event | None = None
+
+    def discard(self, conn: object, /) -> None:
+        super().discard(conn)
+        if not self and self._empty is not None:
+            self._empty.set()
+
+    async def emptied(self) -> None:
+        if self:
+            self._empty = asyncio.Event()
+            await self._empty.wait()
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over `max_connections`: 503 in the OpenAI shape, then the close."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(error_bytes(errors.too_many_connections(self.limit)))
+        transport.close()

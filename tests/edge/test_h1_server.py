@@ -380,3 +380,57 @@ async def test_the_floor_bench_lean_relay_serves(tmp_path: Path) -> None:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 5)
         await up.close()
+
+
+async def test_close_lets_the_answer_in_flight_finish_and_closes_idle_ones() -> None:
+    async def handler(req: EdgeRequest, _: EdgeResponse) -> Reply:
+        if req.head.path == b"/slow":
+            await asyncio.sleep(0.3)
+        return Reply(200, b'{"done":true}')
+
+    server = EdgeServer(handler)
+    await server.start("127.0.0.1", 0)
+    port = server.port
+    idle_r, idle_w = await asyncio.open_connection("127.0.0.1", port)
+    idle_w.write(b"GET /quick HTTP/1.1\r\nHost: t\r\n\r\n")
+    await asyncio.wait_for(idle_r.readuntil(b'{"done":true}'), 3)  # now idle, kept alive
+    busy_r, busy_w = await asyncio.open_connection("127.0.0.1", port)
+    busy_w.write(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+    await asyncio.sleep(0.1)
+
+    async def read_then_close(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> bytes:
+        out = await r.read(-1)
+        w.close()  # as a client does on EOF: the server's lingering close ends here
+        return out
+
+    reads = [asyncio.create_task(read_then_close(idle_r, idle_w))]
+    reads.append(asyncio.create_task(read_then_close(busy_r, busy_w)))
+    started = time.monotonic()
+    await server.close(grace=3.0)
+    assert time.monotonic() - started < 1.5  # the answer in flight, not the grace period
+    idle, answer = await asyncio.wait_for(asyncio.gather(*reads), 3)
+    assert idle == b""  # the idle one: closed
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close\r\n" in answer
+    assert answer.endswith(b'{"done":true}')  # the busy one: answered, then closed
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", port)  # no longer listening
+
+
+async def test_connections_over_the_limit_get_503() -> None:
+    async def handler(req: EdgeRequest, _: EdgeResponse) -> Reply:
+        return Reply(200, b"{}")
+
+    server = EdgeServer(handler, max_connections=2)
+    await server.start("127.0.0.1", 0)
+    try:
+        held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        out = await raw_exchange(server.port, b"")
+        assert out.startswith(b"HTTP/1.1 503 ") and b'"code":"too_many_connections"' in out
+        for _, w in held:
+            w.close()
+        await asyncio.sleep(0.1)
+        out = await raw_exchange(server.port, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 200 OK\r\n")  # room again once they left
+    finally:
+        await server.close()

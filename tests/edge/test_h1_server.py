@@ -121,16 +121,15 @@ async def test_curl_reuses_the_connection_and_streams(app_server: tuple[App, Edg
 async def test_curl_expect_continue_and_large_echo(app_server: tuple[App, EdgeServer]) -> None:
     _, server = app_server
     body = bytes(range(256)) * 4096  # 1 MiB
-    started = time.monotonic()
     rc, out, err = await _curl_stdin(server.port, body)
     assert rc == 0, err
     assert out == body
-    assert time.monotonic() - started < 0.9  # curl's 1 s wait for 100 was not needed
+    assert b"< HTTP/1.1 100 Continue" in err  # sent when the handler began to read
 
 
 async def _curl_stdin(port: int, body: bytes) -> tuple[int, bytes, bytes]:
     proc = await asyncio.create_subprocess_exec(
-        "curl", "-sS", "--max-time", "10", "-H", "Expect: 100-continue",
+        "curl", "-sSv", "--max-time", "10", "-H", "Expect: 100-continue",
         "-H", "Content-Type: application/octet-stream", "--data-binary", "@-",
         f"http://127.0.0.1:{port}/echo",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -196,7 +195,7 @@ async def test_a_slow_header_sender_gets_408_and_the_close(
     writer.close()
     assert out.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
     assert b'"code":"request_header_timeout"' in out
-    assert 0.4 < elapsed < 1.5  # header timeout 0.5 s, though bytes kept coming
+    assert 0.4 < elapsed < 2.5  # header timeout 0.5 s, though a byte came every 0.1 s
 
 
 async def test_an_idle_connection_is_closed_quietly(app_server: tuple[App, EdgeServer]) -> None:
@@ -327,7 +326,7 @@ async def test_a_stalled_body_gets_408(app_server: tuple[App, EdgeServer]) -> No
     started = time.monotonic()
     out = await raw_exchange(server.port, raw)
     assert out.startswith(b"HTTP/1.1 408 ") and b'"code":"request_body_timeout"' in out
-    assert 0.4 < time.monotonic() - started < 2.0  # body timeout 0.5 s
+    assert 0.4 < time.monotonic() - started < 2.5  # body timeout 0.5 s
 
 
 async def test_http10_and_upgrade_requests_are_answered_then_closed(
@@ -407,7 +406,7 @@ async def test_close_lets_the_answer_in_flight_finish_and_closes_idle_ones() -> 
     reads.append(asyncio.create_task(read_then_close(busy_r, busy_w)))
     started = time.monotonic()
     await server.close(grace=3.0)
-    assert time.monotonic() - started < 1.5  # the answer in flight, not the grace period
+    assert time.monotonic() - started < 2.5  # the answer in flight (0.3 s), not the grace (3 s)
     idle, answer = await asyncio.wait_for(asyncio.gather(*reads), 3)
     assert idle == b""  # the idle one: closed
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close\r\n" in answer

@@ -59,6 +59,8 @@ class EdgeServer:
             port,
             ssl=ssl,
             backlog=backlog,
+            # the handshake counts against the head's deadline (asyncio's default is 60 s)
+            ssl_handshake_timeout=self.timeouts.header if ssl is not None else None,
         )
         return self._server
 

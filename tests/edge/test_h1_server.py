@@ -266,7 +266,7 @@ async def test_tls_with_trustme(tmp_path: Path) -> None:
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     cert.configure_cert(server_ctx)
     app = App()
-    server = EdgeServer(app)
+    server = EdgeServer(app, timeouts=Timeouts(header=0.5))
     await server.start("127.0.0.1", 0, ssl=server_ctx)
     try:
         client_ctx = ssl.create_default_context()
@@ -284,6 +284,11 @@ async def test_tls_with_trustme(tmp_path: Path) -> None:
         assert out == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
         rc, _, _ = await curl(f"{base}/hello")  # untrusted: the handshake fails
         assert rc != 0
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        started = time.monotonic()  # no ClientHello ever: the head's deadline covers it
+        assert await asyncio.wait_for(reader.read(-1), 5) == b""
+        assert time.monotonic() - started < 3.0
+        writer.close()
     finally:
         await server.close()
 

@@ -46,6 +46,9 @@ class App:
             delay = float(req.head.query or 0)
             await asyncio.sleep(delay)  # pipelined answers must still come back in order
             return Reply(200, body, ((b"Content-Type", b"application/octet-stream"),))
+        if path == b"/send":
+            await resp.send(201, b'{"sent":true}', ((b"X-Kind", b"send"),))
+            return None
         if path == b"/ignore":
             return Reply(202, b"{}")
         if path == b"/stream":
@@ -149,6 +152,13 @@ async def test_aiohttp_client_keep_alive_errors_and_limits(
             async with s.post(f"{base}/echo", data=b"x" * i) as r:
                 assert r.status == 200 and await r.read() == b"x" * i
         assert len(set(app.peers)) == 1  # five requests, one connection
+        async with s.get(f"{base}/send") as r:
+            assert (r.status, r.headers["X-Kind"]) == (201, "send")
+            assert await r.read() == b'{"sent":true}'
+        async with s.head(f"{base}/hello") as r:
+            assert r.status == 200 and r.headers["Content-Length"] == "11"
+            assert await r.read() == b""  # a HEAD answer has no body
+        assert len(set(app.peers)) == 1
         async with s.post(f"{base}/ignore", data=b"y" * 100_000) as r:
             assert r.status == 202  # answered without reading: served, then closed if unread
         async with s.get(f"{base}/boom") as r:

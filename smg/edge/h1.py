@@ -5,7 +5,9 @@
 and count (431), body bytes (413; Content-Length judged before any body byte, chunked counted
 as it comes), HTTP version (505), transfer codings (501), malformed (400). Pipelined requests
 queue in order; `want_read` turns False once `max_pipeline` heads or `body_high_water` body bytes
-wait unconsumed, and the shell then pauses reading. The response side is smg/edge/h1_write.py.
+wait unconsumed, and the shell then pauses reading (one read is parsed whole, so a read holding
+more requests than that queues them all: the bound is N or one read's worth).
+The response side is smg/edge/h1_write.py.
 """
 
 from __future__ import annotations

@@ -448,3 +448,34 @@ async def test_connections_over_the_limit_get_503() -> None:
         assert out.startswith(b"HTTP/1.1 200 OK\r\n")  # room again once they left
     finally:
         await server.close()
+
+
+async def test_reading_pauses_at_the_pipeline_bound_and_resumes(
+    app_server: tuple[App, EdgeServer],
+) -> None:
+    _, server = app_server  # max_pipeline=4
+    gate = asyncio.Event()
+    inner = server.handler
+
+    async def blocking(req: EdgeRequest, resp: EdgeResponse) -> Reply | None:
+        if req.head.path == b"/block":
+            await asyncio.wait_for(gate.wait(), 5)
+        return await inner(req, resp)
+
+    server.handler = blocking
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /block HTTP/1.1\r\nHost: t\r\n\r\n")
+    for i in range(8):  # one request per write, so each arrives in its own read
+        await asyncio.sleep(0.02)
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\n%d" % i)
+        await writer.drain()
+    await asyncio.sleep(0.2)
+    (conn,) = server.connections
+    assert conn._read_paused and conn.core.queued_heads == 4  # the rest waits in the kernel
+    gate.set()
+    out = b""
+    while out.count(b"HTTP/1.1 ") < 9:  # /block's 404 (the app has no such route), 8 echoes
+        out += await asyncio.wait_for(reader.read(65536), 3)
+    bodies = [part.split(b"\r\n\r\n", 1)[1][:1] for part in out.split(b"HTTP/1.1 ")[2:]]
+    assert bodies == [b"%d" % i for i in range(8)]  # resumed, all answered in order
+    writer.close()

@@ -6,6 +6,8 @@ Two bare relays of `POST /v1/chat/completions` to one upstream worker, with noth
 
     --impl aiohttp  aiohttp's web server + one ClientSession (what smg serves with today)
     --impl raw      asyncio Protocols with httptools' parsers on both sides, keep-alive pool
+    --impl lean     smg's own lean server (smg/edge: bounds, timeouts, back-pressure, a task
+                    per request) in front of the same bare httptools upstream as `raw`
 
 Run each in the shared bench harness as `ours1` beside the Rust gateway and smg (bench/floor.sh),
 so the three are measured side by side in one run. Loopback only; for measurement, not serving.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 MODELS = b'{"object":"list","data":[{"id":"fake-model","object":"model"}]}'
@@ -47,7 +50,8 @@ async def serve_aiohttp(port: int, upstream: str) -> None:
     await asyncio.Event().wait()
 
 
-async def serve_raw(port: int, upstream: str) -> None:
+def raw_upstream(upstream: str) -> Callable[[bytes], Awaitable[tuple[int, bytes]]]:
+    """A bare httptools client of the worker's chat route, with a keep-alive pool."""
     import httptools
 
     parts = urlsplit(upstream)
@@ -99,6 +103,14 @@ async def serve_raw(port: int, upstream: str) -> None:
         idle.append(up)
         return answer
 
+    return relay
+
+
+async def serve_raw(port: int, upstream: str) -> None:
+    import httptools
+
+    relay = raw_upstream(upstream)
+
     class Client(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self.transport: asyncio.Transport = transport  # type: ignore[assignment]
@@ -135,16 +147,34 @@ async def serve_raw(port: int, upstream: str) -> None:
     await asyncio.Event().wait()
 
 
+async def serve_lean(port: int, upstream: str) -> None:
+    from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer, Reply
+
+    relay = raw_upstream(upstream)
+    models = Reply(200, MODELS)
+
+    async def handler(req: EdgeRequest, _: EdgeResponse) -> Reply:
+        if req.head.path == CHAT:
+            status, data = await relay(await req.read())
+            return Reply(status, data)
+        return models
+
+    await EdgeServer(handler).start("127.0.0.1", port)
+    await asyncio.Event().wait()
+
+
+IMPLS = {"aiohttp": serve_aiohttp, "raw": serve_raw, "lean": serve_lean}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--impl", choices=("aiohttp", "raw"), required=True)
+    ap.add_argument("--impl", choices=tuple(IMPLS), required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--upstream", required=True, help="the worker's base URL")
     args = ap.parse_args()
     import uvloop
 
-    serve = serve_aiohttp if args.impl == "aiohttp" else serve_raw
-    uvloop.run(serve(args.port, args.upstream.rstrip("/")))
+    uvloop.run(IMPLS[args.impl](args.port, args.upstream.rstrip("/")))
 
 
 if __name__ == "__main__":

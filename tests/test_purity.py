@@ -8,6 +8,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "smg"
 PURE = [
     *sorted((ROOT / "core").glob("*.py")),
+    ROOT / "edge" / "h1.py",
+    ROOT / "edge" / "h1_write.py",
     ROOT / "pipeline" / "radix_tree.py",
     ROOT / "pipeline" / "radix_eviction.py",
     ROOT / "pipeline" / "cache_state.py",

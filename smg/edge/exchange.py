@@ -1,0 +1,138 @@
+"""What a handler sees of one HTTP/1.1 exchange: `EdgeRequest` (head, bounded body reader),
+`EdgeResponse` (whole or streamed answer, writes wait for the client) and `Reply`.
+
+They reach the connection (smg/edge/server.py) through the `Connection` protocol below, so this
+module imports no shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Protocol
+
+from smg.edge.h1 import Body, End, H1Connection, ProtocolError, RequestHead
+from smg.edge.h1_write import ResponseWriter
+from smg.errors import ApiError
+
+
+class Connection(Protocol):
+    core: H1Connection
+    response: ResponseWriter
+    transport: asyncio.Transport
+    closing: bool
+    body_done: bool
+
+    def resume_if_room(self) -> None: ...
+    async def wait_body(self) -> None: ...
+    async def drain(self) -> None: ...
+    def before_head(self) -> None: ...
+
+
+JSON = ((b"Content-Type", b"application/json"),)
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    header: float = 10.0
+    keep_alive: float = 75.0
+    body: float = 60.0
+    write: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A whole response a handler may return instead of writing through `EdgeResponse`."""
+
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[bytes, bytes], ...] = JSON
+
+
+class EdgeRequest:
+    """The request being answered: its head and a bounded body reader."""
+
+    __slots__ = ("_conn", "_continued", "head", "peer")
+
+    def __init__(self, conn: Connection, head: RequestHead, peer: object) -> None:
+        self._conn = conn
+        self.head = head
+        self.peer = peer
+        self._continued = not head.expect_continue
+
+    async def read_chunk(self) -> bytes:
+        """The next body bytes; b"" at the end. A body over the cap raises ApiError(413)."""
+        conn = self._conn
+        while True:
+            ev = conn.core.peek()
+            if type(ev) is Body:
+                conn.core.next_event()
+                conn.resume_if_room()
+                return ev.data
+            if type(ev) is End:
+                conn.core.next_event()
+                conn.body_done = True
+                return b""
+            if type(ev) is ProtocolError:
+                conn.core.next_event()
+                conn.closing = True
+                raise ApiError(ev.status, ev.code, ev.message)
+            if conn.core.done:  # EOF or an upgrade before the body ended
+                raise ApiError(400, "incomplete_request", "The request body ended early.")
+            if not self._continued and not conn.response.started:
+                self._continued = True
+                conn.transport.write(_CONTINUE)
+            await conn.wait_body()
+
+    async def read(self) -> bytes:
+        """The whole body (bounded by the core's `max_body`)."""
+        first = await self.read_chunk()
+        if not first:
+            return b""
+        parts = [first]
+        while chunk := await self.read_chunk():
+            parts.append(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class EdgeResponse:
+    """Writes the answer: `send` for a whole response, or `start`, `write`..., `end`."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    @property
+    def started(self) -> bool:
+        return self._conn.response.started
+
+    async def send(
+        self, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = JSON
+    ) -> None:
+        conn = self._conn
+        conn.before_head()
+        conn.transport.write(conn.response.whole(status, headers, body))
+        await conn.drain()
+
+    async def start(
+        self,
+        status: int,
+        headers: tuple[tuple[bytes, bytes], ...] = JSON,
+        content_length: int | None = None,
+    ) -> None:
+        conn = self._conn
+        conn.before_head()
+        conn.transport.write(conn.response.head(status, headers, content_length))
+
+    async def write(self, data: bytes) -> None:
+        conn = self._conn
+        if out := conn.response.body(data):
+            conn.transport.write(out)
+            await conn.drain()
+
+    async def end(self) -> None:
+        conn = self._conn
+        if out := conn.response.end():
+            conn.transport.write(out)

@@ -1,0 +1,296 @@
+"""The asyncio shell around the sans-IO HTTP/1.1 connection: one Protocol per client socket
+(smg/edge/server.py owns the listener and the set of connections).
+
+Per connection: one request is answered at a time, in order; its handler runs as a task the
+connection owns (cancelled when the client goes). Reading pauses while the core holds
+`max_pipeline` parsed requests or `body_high_water` unread body bytes; writes wait for the
+transport's `resume_writing` (at most `write_timeout`, then the connection is aborted). Timers:
+the header block must arrive within `header_timeout` from the connect, or from the first byte of
+a later request (a partial head gets 408, then the close); an idle keep-alive connection closes
+after `keep_alive_timeout`; a body that stalls `body_timeout` gets 408. An unexpected exception
+from a handler becomes a 500 in OpenAI's error shape and the close; an `ApiError` is answered
+with its own status and keeps the connection if the request was read whole. A FIN from the
+client ends the connection (a handler in flight is cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from smg import errors
+from smg.edge.exchange import JSON, EdgeRequest, EdgeResponse, Reply, Timeouts
+from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
+from smg.edge.h1_write import NO_REQUEST, ResponseWriter, error_bytes
+from smg.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[EdgeRequest, EdgeResponse], Awaitable[Reply | None]]
+
+
+_HEADER, _IDLE = 1, 2
+LINGER = 2.0  # seconds a closing connection drops late input before it closes
+
+
+class H1Protocol(asyncio.Protocol):
+    """One client connection; see the module doc."""
+
+    transport: asyncio.Transport
+
+    def __init__(
+        self, handler: Handler, limits: Limits, timeouts: Timeouts, registry: set[H1Protocol]
+    ) -> None:
+        self.registry = registry  # the server's open connections
+        self.handler = handler
+        self.timeouts = timeouts
+        self.loop = asyncio.get_running_loop()
+        self.core = H1Connection(limits)
+        self.response = ResponseWriter(NO_REQUEST)
+        self.current: EdgeRequest | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.closing = False  # no further request will be served
+        self.body_done = True  # the current request's End was taken
+        self.peer: object = None
+        self._read_paused = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._body_waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_kind = 0
+        self._deadline = 0.0
+        self._lingering = False
+        self._linger: asyncio.TimerHandle | None = None
+
+    # -- transport callbacks -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        self.registry.add(self)
+        self._set_timer(_HEADER, self.timeouts.header)
+
+    def shutdown(self) -> None:
+        """The server is stopping: close now if idle, else after the answer in flight."""
+        self.closing = True
+        if self.current is None:
+            self._close()
+        elif not self.response.started:
+            self.response.keep_alive = False
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # closing: late input is dropped
+        if self._timer_kind == _IDLE:
+            self._set_timer(_HEADER, self.timeouts.header)  # the first byte of a new request
+        core = self.core
+        core.feed(data)
+        if self.current is None:
+            self._next()
+        elif (w := self._body_waiter) is not None and not w.done():
+            w.set_result(None)
+        if not (
+            core.want_read or self._read_paused or self._lingering or self.transport.is_closing()
+        ):
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        # A FIN reads as the client gone (as Go's server and aiohttp take it): a handler in
+        # flight is cancelled by connection_lost; nothing is answered to a half-closed socket.
+        self.core.feed_eof()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.registry.discard(self)
+        self.closing = True
+        self._timer_kind = 0
+        for handle in (self._timer, self._linger):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._linger = None
+        if self.task is not None:
+            self.task.cancel()  # the client is gone: so is its handler
+        for fut in self._drain_waiters:
+            if not fut.done():
+                fut.set_exception(ConnectionResetError("the client closed the connection"))
+        self._drain_waiters.clear()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        for fut in self._drain_waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self._drain_waiters.clear()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Start the next queued request, answer a protocol error, or wait (timers armed)."""
+        core = self.core
+        while (ev := core.next_event()) is not None:
+            t = type(ev)
+            if t is Head:
+                self._start(ev.head)  # type: ignore[union-attr]
+                break
+            if t is ProtocolError:
+                self._close_with(ApiError(ev.status, ev.code, ev.message))  # type: ignore[union-attr]
+                return
+            # Body/End of a request answered without reading them: dropped
+        else:
+            if core.done:
+                self._close()
+                return
+            if self._timer_kind != _HEADER:  # a head's deadline runs from its first byte
+                tm = self.timeouts
+                self._set_timer(*((_HEADER, tm.header) if core.in_head else (_IDLE, tm.keep_alive)))
+        self.resume_if_room()
+
+    def _start(self, head: RequestHead) -> None:
+        self._timer_kind = 0
+        last = self.core.done and not any(type(e) is Head for e in self.core.events)
+        self.response = ResponseWriter(head, closing=self.closing or last)
+        self.body_done = False
+        req = self.current = EdgeRequest(self, head, self.peer)
+        self.task = self.loop.create_task(self._run(req))
+
+    async def _run(self, req: EdgeRequest) -> None:
+        resp = EdgeResponse(self)
+        try:
+            reply = await self.handler(req, resp)
+            if reply is not None:  # EdgeResponse.send without its coroutine
+                self.before_head()
+                self.transport.write(self.response.whole(reply.status, reply.headers, reply.body))
+                if self._write_paused:
+                    await self.drain()
+            elif not self.response.started:
+                raise RuntimeError("the handler returned no response")
+            elif not self.response.finished:
+                await resp.end()
+        except ApiError as err:
+            self._fail(err, close=False)
+        except (TimeoutError, ConnectionError):
+            self.transport.abort()
+        except Exception:
+            log.exception("edge handler failed: %s %s", req.head.method, req.head.path)
+            self._fail(errors.internal("the request handler failed"))
+        self._finish()
+
+    def _fail(self, err: ApiError, *, close: bool = True) -> None:
+        """Answer `err` in OpenAI's shape (an unexpected error closes the connection; an
+        ApiError keeps it if the request was read whole and the stream is still in step)."""
+        if self.response.started:
+            self.closing = True
+            self.transport.abort()  # mid-body: only a cut can tell the client
+            return
+        self.before_head()
+        if close or self.closing:
+            self.closing = True
+            self.response.keep_alive = False
+        self.transport.write(self.response.whole(err.status, JSON, err.to_json()))
+
+    def _finish(self) -> None:
+        self.task = None
+        self.current = None
+        if self._lingering or self.transport.is_closing():
+            return
+        if not self.response.keep_alive or self.closing:
+            self._close()
+            return
+        self._next()
+
+    def before_head(self) -> None:
+        """Called as a response starts: keep-alive only if the request's body is all here."""
+        if self.body_done:
+            return
+        for ev in self.core.events:
+            if type(ev) is End:
+                return
+            if type(ev) is not Body:
+                break
+        self.closing = True
+        self.response.keep_alive = False
+
+    def _close_with(self, err: ApiError) -> None:
+        self.closing = True
+        self.transport.write(error_bytes(err))
+        self._close()
+
+    def _close(self) -> None:
+        """Close after the answer. A close with unread input turns into a reset that can drop
+        the answer before the client reads it (a 413 mid-upload), so where the transport can
+        half-close, send the FIN and drop what still comes for up to `LINGER` s (nginx's
+        lingering close); the client's own close ends it sooner."""
+        if self._lingering:
+            return
+        self._lingering = self.closing = True
+        self._timer_kind = 0
+        transport = self.transport
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.core.done = True
+        if self._read_paused:
+            self._read_paused = False
+            transport.resume_reading()
+        self._linger = self.loop.call_later(LINGER, transport.close)
+
+    # -- flow control -----------------------------------------------------------------------
+
+    def resume_if_room(self) -> None:
+        if self._read_paused and self.core.want_read and not self.transport.is_closing():
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    async def wait_body(self) -> None:
+        fut = self._body_waiter = self.loop.create_future()
+        self.resume_if_room()
+        try:
+            await asyncio.wait_for(fut, self.timeouts.body)
+        except TimeoutError:
+            raise errors.body_timeout(self.timeouts.body) from None
+        finally:
+            self._body_waiter = None
+
+    async def drain(self) -> None:
+        if not self._write_paused:
+            return
+        if self.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        fut = self.loop.create_future()
+        self._drain_waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, self.timeouts.write)
+        except TimeoutError:
+            self.transport.abort()  # the client stopped reading
+            raise
+
+    # -- timers (one handle; moved by updating the deadline, re-armed only when it fires) -----
+
+    def _set_timer(self, kind: int, seconds: float) -> None:
+        self._timer_kind = kind
+        deadline = self._deadline = self.loop.time() + seconds
+        if self._timer is None or self._timer.when() > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_at(deadline, self._expired)
+
+    def _expired(self) -> None:
+        self._timer = None
+        kind = self._timer_kind
+        if kind == 0 or self.transport.is_closing():
+            return
+        if self.loop.time() < self._deadline:
+            self._timer = self.loop.call_at(self._deadline, self._expired)
+            return
+        if kind == _HEADER and self.core.in_head:
+            secs = self.timeouts.header
+            msg = f"The request head did not arrive within {secs:g} s"
+            self._close_with(ApiError(408, "request_header_timeout", msg))
+        else:
+            self._close()

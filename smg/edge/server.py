@@ -1,0 +1,122 @@
+"""The lean HTTP/1.1 server: a listener whose connections are smg/edge/protocol.py's.
+
+    server = EdgeServer(handler, limits=Limits(...), timeouts=Timeouts(...))
+    await server.start(host, port, ssl=context_or_None)  # TLS: asyncio does the handshake
+    ...
+    await server.close()  # stops listening, cuts the connections (their handlers cancelled)
+
+A handler is `async def handler(req: EdgeRequest, resp: EdgeResponse) -> Reply | None`: return
+a `Reply` for a whole answer, or write through `resp` (start/write/end, or send) and return None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+
+from smg import errors
+from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply, Timeouts
+from smg.edge.h1 import Limits
+from smg.edge.h1_write import error_bytes
+from smg.edge.protocol import H1Protocol, Handler
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EdgeRequest", "EdgeResponse", "EdgeServer", "Handler", "Limits", "Reply", "Timeouts"]
+
+
+class EdgeServer:
+    """Owns the listener and its connections; `close` stops both."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        limits: Limits = Limits(),
+        timeouts: Timeouts = Timeouts(),
+        max_connections: int = 10_000,
+    ) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.timeouts = timeouts
+        self.max_connections = max_connections
+        self.connections = _Connections()
+        self._server: asyncio.Server | None = None
+
+    def _protocol(self) -> asyncio.Protocol:
+        if len(self.connections) >= self.max_connections:
+            return _Refuse(self.max_connections)
+        return H1Protocol(self.handler, self.limits, self.timeouts, self.connections)
+
+    async def start(
+        self, host: str, port: int, *, ssl: ssl.SSLContext | None = None, backlog: int = 1024
+    ) -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._protocol,
+            host,
+            port,
+            ssl=ssl,
+            backlog=backlog,
+            # the handshake counts against the head's deadline (asyncio's default is 60 s)
+            ssl_handshake_timeout=self.timeouts.header if ssl is not None else None,
+        )
+        return self._server
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop listening; idle connections close now, busy ones after their answer (which says
+        `Connection: close`); whatever is still open after `grace` s is cut (its handler
+        cancelled)."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.shutdown()
+        try:
+            await asyncio.wait_for(self.connections.emptied(), grace)
+        except TimeoutError:
+            log.warning(
+                "edge server: %d connections cut after %.1f s", len(self.connections), grace
+            )
+        for conn in list(self.connections):
+            conn.transport.abort()  # connection_lost cancels its handler
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+            except TimeoutError:
+                log.warning("edge server: the listener did not close in 1 s")
+
+
+class _Connections(set[H1Protocol]):
+    """The open connections; `emptied()` waits until none is left."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._empty: asyncio.Event | None = None
+
+    def discard(self, conn: object, /) -> None:
+        super().discard(conn)
+        if not self and self._empty is not None:
+            self._empty.set()
+
+    async def emptied(self) -> None:
+        if self:
+            self._empty = asyncio.Event()
+            await self._empty.wait()
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection over `max_connections`: 503 in the OpenAI shape, then the close."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(error_bytes(errors.too_many_connections(self.limit)))
+        transport.close()

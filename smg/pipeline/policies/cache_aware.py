@@ -23,8 +23,8 @@ tree is still updated for every winner, so it is warm when a worker's stream fal
 
 When the tree's best share is not above `cache_threshold` and other mesh nodes published hints
 (hashes of the prefixes they routed, see `smg.pipeline.prefix_hints`), the longest hinted prefix
-among the candidates counts as the match instead, if it is longer: a node that just joined routes
-like the others did.
+among the candidates counts as the match instead, if it is longer (as a share of the part hints
+cover, the key's first `HINTED_ITEMS` items): a node that just joined routes like the others did.
 
 `hash_misses` is for routers that share their workers with others (`--workers N` processes, mesh
 nodes): a tree learns of the other routers' decisions only through the mesh's summaries, a second
@@ -59,7 +59,10 @@ from smg.pipeline.cache_state import (
 from smg.pipeline.kv_index import KvIndex, KvIndexes
 from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
 from smg.pipeline.policies.rendezvous import pick, window_digest
+from smg.pipeline.prefix_hints import BLOCK_ITEMS, MAX_BLOCKS
 from smg.pipeline.radix_tree import RadixTree
+
+HINTED_ITEMS = BLOCK_ITEMS * MAX_BLOCKS  # the most of a prefix that hints can vouch for
 
 __all__ = [
     "DEFAULT_MAX_TREE_BYTES",
@@ -197,10 +200,16 @@ class CacheAwarePolicy:
         share: float,
         holders: set[str],
     ) -> tuple[float, set[str]]:
-        """The tree's match, or the longest prefix other nodes routed, if that is longer."""
+        """The tree's match, or the longest prefix other nodes routed, if that is longer.
+
+        Hints cover at most a key's first `HINTED_ITEMS` items (what nodes publish of each
+        prefix), so their share is of that: measured against a whole long prompt they could
+        never pass the threshold (a 3,000-character chat: 256 / 3,000), and a node learned
+        nothing from the others' summaries."""
         matched, hinted = self._state.hints.match(model, key, ids)
-        if matched / len(key) > share:
-            return matched / len(key), hinted
+        hinted_share = matched / min(len(key), HINTED_ITEMS)
+        if hinted_share > share:
+            return hinted_share, hinted
         return share, holders
 
     def _kv(self, request: RouteRequest) -> KvIndex | None:

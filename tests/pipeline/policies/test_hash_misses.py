@@ -188,3 +188,19 @@ def test_another_routers_hint_beats_the_hash() -> None:
     other = cands[1 - hashed].worker_id
     policy.state.hints.learn(other, block_hashes("m", prompt, policy.state.hints.secret))
     assert policy.select(cands, chat(prompt + "?")) == 1 - hashed
+
+
+def test_hints_count_for_long_prompts() -> None:
+    # hints cover a prompt's first 256 items: a 3,000-character conversation another router
+    # placed is followed once its summary is here (it never was: 256 / 3,000 < the threshold)
+    rng = random.Random(5)
+    prompt = conversation(1, rng) * 5
+    assert len(prompt) > 3000
+    cands = engines("a", 2)
+    for hash_misses in (True, False):
+        policy = router(hash_misses)
+        hashed = router(hash_misses).select(cands, chat(prompt))
+        assert hashed is not None
+        other = cands[1 - hashed].worker_id
+        policy.state.hints.learn(other, block_hashes("m", prompt, policy.state.hints.secret))
+        assert policy.select(cands, chat(prompt + " next turn")) == 1 - hashed

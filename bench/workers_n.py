@@ -11,7 +11,9 @@ front of them (bench/procs.py's Stack, `--history-backend none`), then measures:
   prefix plus a fresh question, sent round-robin over fresh connections (so the kernel spreads
   them over the processes); a request "hits" when it lands on the worker that served that
   conversation's previous request (the worker is told by the sim's response id tag), which is
-  what an engine's prefix cache would reward.
+  what an engine's prefix cache would reward; with it, the share of those requests each worker
+  took (a new conversation's worker is chosen by hashing its opening when processes share the
+  workers, so the split is the hash's over --groups conversations, not an even one).
 
     .venv/bin/python bench/workers_n.py --reps 2 --duration 5
 
@@ -78,11 +80,12 @@ def shares(mport: int) -> dict[str, float]:
     return {p: round(v / total, 3) for p, v in sorted(out.items())}
 
 
-def affinity(url: str, groups: int, per_group: int, seed: int) -> float:
+def affinity(url: str, groups: int, per_group: int, seed: int) -> tuple[float, list[float]]:
     rng = random.Random(seed)
     prefixes = [f"conversation {g}: " + " ".join(f"w{rng.random():.6f}" for _ in range(300))
                 for g in range(groups)]  # fmt: skip
     last: dict[int, str] = {}
+    served: dict[str, int] = {}
     hits = tries = 0
     for i in range(groups * per_group):
         g = i % groups
@@ -106,11 +109,14 @@ def affinity(url: str, groups: int, per_group: int, seed: int) -> float:
             except urllib.error.HTTPError as err:
                 print(f"affinity request {i}: {err.code} {err.read()[:200]!r}", file=sys.stderr)
                 time.sleep(0.2)
+        served[tag] = served.get(tag, 0) + 1
         if g in last:
             tries += 1
             hits += last[g] == tag
         last[g] = tag
-    return hits / max(1, tries)
+    total = sum(served.values()) or 1
+    split = sorted((round(v / total, 2) for v in served.values()), reverse=True)
+    return hits / max(1, tries), split
 
 
 def run_one(n: int, a: argparse.Namespace, rep: int) -> dict:
@@ -119,7 +125,7 @@ def run_one(n: int, a: argparse.Namespace, rep: int) -> dict:
     with Stack(2, "cache_aware", args, 0.0, logdir) as stack:
         mport = int(stack.gateway.args[stack.gateway.args.index("--prometheus-port") + 1])
         wait_processes(stack, n, mport)
-        hit = affinity(stack.gateway_url, a.groups, a.per_group, seed=rep)
+        hit, split = affinity(stack.gateway_url, a.groups, a.per_group, seed=rep)
         snap: dict[str, float] = {}
 
         def start() -> None:
@@ -138,6 +144,7 @@ def run_one(n: int, a: argparse.Namespace, rep: int) -> dict:
             "cpu_us_per_req": round(cpu / max(1, load.requests) * 1e6, 1),
             "shares": shares(mport),
             "hit_rate": round(hit, 3),
+            "worker_split": split,
         }
 
 
@@ -157,12 +164,12 @@ def main() -> None:
             row = run_one(n, a, rep)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    print("\n| --workers | req/s | CPU-µs/req | errors | shares | cache-aware hit rate |")
-    print("|---:|---:|---:|---:|---|---:|")
+    print("\n| --workers | req/s | CPU-µs/req | errors | shares | hit rate | worker split |")
+    print("|---:|---:|---:|---:|---|---:|---|")
     for r in sorted(rows, key=lambda r: (r["workers"], r["rep"])):
         print(
             f"| {r['workers']} | {r['req_s']} | {r['cpu_us_per_req']} | {r['errors']} "
-            f"| {r['shares']} | {r['hit_rate']} |"
+            f"| {r['shares']} | {r['hit_rate']} | {r['worker_split']} |"
         )
     for key in ("cpu_us_per_req", "hit_rate"):
         one = [r[key] for r in rows if r["workers"] == 1]

@@ -143,15 +143,27 @@ class CacheIndex:
 
 
 def routing_policy(
-    cfg: RoutingConfig, rng: random.Random, now: Callable[[], float], loads: BoardCell | None
+    cfg: RoutingConfig,
+    rng: random.Random,
+    now: Callable[[], float],
+    loads: BoardCell | None,
+    *,
+    hash_misses: bool = False,
 ) -> tuple[Policy, CacheIndex | None]:
     """The gateway's routing policy; a cache-aware one comes with the `CacheIndex` it reads and
-    records into, for a `CacheIndexActor` to own."""
+    records into, for a `CacheIndexActor` to own. `hash_misses`: see `make_policy`."""
     if cfg.policy != "cache_aware":
         return make_policy(cfg.policy, cfg, rng, now, loads=loads), None
     index = CacheIndex(cfg)
     policy = make_policy(
-        cfg.policy, cfg, rng, now, loads=loads, cache_state=index.state, recorder=index.lane
+        cfg.policy,
+        cfg,
+        rng,
+        now,
+        loads=loads,
+        cache_state=index.state,
+        recorder=index.lane,
+        hash_misses=hash_misses,
     )
     return policy, index
 

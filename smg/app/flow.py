@@ -56,7 +56,9 @@ def build_flow(
 
     def model_policy(name: str) -> Policy:
         """IGW mode: a model's own policy (its first worker's `policy` label)."""
-        return make_policy(name, cfg.routing, rng, clock.now, loads=loads)
+        return make_policy(
+            name, cfg.routing, rng, clock.now, loads=loads, hash_misses=cfg.mesh.enable_mesh
+        )
 
     runner = Runner(
         registry=registry,
@@ -130,6 +132,8 @@ def _pairing(
         # One instance per role otherwise: a round-robin counter shared by both roles moves
         # twice per request, so with two prefills and one decode every request would land on
         # the same prefill.
-        return make_policy(chosen, cfg.routing, rng, clock.now, loads=loads)
+        return make_policy(
+            chosen, cfg.routing, rng, clock.now, loads=loads, hash_misses=cfg.mesh.enable_mesh
+        )
 
     return Pairing(role_policy(pdc.prefill_policy), role_policy(pdc.decode_policy), clock, metrics)

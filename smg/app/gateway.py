@@ -171,8 +171,10 @@ class Gateway:
         self.background = Background(max(1, cfg.storage.max_background_responses))
         self.background_mode = cfg.storage.max_background_responses > 0  # 0: run in foreground
         self.events = EventBus()  # worker lifecycle and mesh imports, between the actors
+        # other routers share the workers (mesh nodes, `--workers N` siblings): place a new
+        # prefix where they all would (rendezvous hashing), not by this process's own tree
         self.policy, self.cache_index = routing_policy(
-            cfg.routing, self.rng, self.clock.now, self.loads
+            cfg.routing, self.rng, self.clock.now, self.loads, hash_misses=cfg.mesh.enable_mesh
         )
         self.kv_indexes: KvIndexes | None = None  # followed from the engines' KV events
         if isinstance(self.policy, CacheAwarePolicy) and not cfg.routing.disable_kv_events:

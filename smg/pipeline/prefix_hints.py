@@ -35,10 +35,15 @@ MAX_HOLDERS = 4
 KEYLESS_SECRET = b"smg prefix hints: keyless loopback mesh"
 
 
-def _block_bytes(block: str | Sequence[int]) -> bytes:
-    if isinstance(block, str):
-        return block.encode("utf-8", "surrogatepass")
-    return struct.pack(f"<{len(block)}q", *block)
+def key_bytes(key: str | Sequence[int]) -> bytes | None:
+    """The bytes hashed for a key (or a block of one): UTF-8 text, or the token ids as int64;
+    None for a token id that does not fit."""
+    if isinstance(key, str):
+        return key.encode("utf-8", "surrogatepass")
+    try:
+        return struct.pack(f"<{len(key)}q", *key)
+    except (struct.error, TypeError):
+        return None
 
 
 @functools.lru_cache(maxsize=256)
@@ -53,12 +58,10 @@ def _chain(model: str, key: str | Sequence[int], secret: bytes) -> Iterator[byte
         return
     h = _seed(model, secret)
     for i in range(n):
-        block = key[i * BLOCK_ITEMS : (i + 1) * BLOCK_ITEMS]
-        try:
-            data = h + _block_bytes(block)
-        except (struct.error, TypeError):  # a token id past int64: no hints for this key
+        data = key_bytes(key[i * BLOCK_ITEMS : (i + 1) * BLOCK_ITEMS])
+        if data is None:  # a token id past int64: no hints for this key
             return
-        h = hashlib.blake2b(data, digest_size=HASH_BYTES, key=secret).digest()
+        h = hashlib.blake2b(h + data, digest_size=HASH_BYTES, key=secret).digest()
         yield h
 
 

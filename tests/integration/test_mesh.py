@@ -231,7 +231,9 @@ def test_cluster_rate_limit_across_three_nodes(launch: Launcher) -> None:
 
 def test_a_node_starts_warm_from_the_others_cache_summaries(launch: Launcher) -> None:
     # cache_aware on both nodes; A routes 12 conversations over two workers and publishes what
-    # it routed where; B, which never saw them, sends each conversation where A did.
+    # it routed where; B, which never saw them, sends each conversation where A did. (Mesh nodes
+    # also place a new prefix by rendezvous hashing, the same on every node; the summaries are
+    # what carries a placement the hash did not make: test_hash_misses.py.)
     a = start_node(launch, "127.0.0.31", [], policy="cache_aware")
     b = start_node(launch, "127.0.0.32", [a], policy="cache_aware")
     wait_until(lambda: all_alive([a, b], 2), 15.0, "two nodes alive")

@@ -1,6 +1,6 @@
 """`--workers 2` (issue 15, "every core used"): two gateway processes on one port, sharing the
-workers table, admin changes and rate limits over their private mesh; one /metrics with a
-`process` label; a killed process is replaced; SIGTERM drains both."""
+workers table, admin changes, rate limits and cache-aware placement over their private mesh; one
+/metrics with a `process` label; a killed process is replaced; SIGTERM drains both."""
 
 from __future__ import annotations
 
@@ -167,3 +167,42 @@ def zombie(pid: int) -> bool:
         return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
+
+
+def test_cache_aware_sends_a_conversation_to_one_worker_whichever_process_takes_it(
+    launch: Launcher,
+) -> None:
+    # 12 conversations x 6 turns, each request over a fresh connection (the kernel picks the
+    # process), sent faster than the processes' cache summaries travel: a new conversation is
+    # placed by hashing its opening, the same in both processes (without the hash: 44 of 60 hit)
+    sims = launch.sims("m", "m")
+    gw = start_group(launch, sims, policy="cache_aware")
+    wait_until(lambda: chats(gw, 20) == [200] * 20, 30.0, "both processes serving")
+    before = per_process(gw, "smg_http_requests_total", path="/v1/chat/completions")
+    opening = [f"conversation {g}: " + f"shared context {g} " * 20 for g in range(12)]
+    last: dict[int, str] = {}
+    served: dict[str, int] = {}
+    hits = tries = 0
+    for i in range(12 * 6):
+        g = i % 12
+        body = {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": opening[g]},
+                {"role": "user", "content": f"question {i}"},
+            ],
+            "max_tokens": 2,
+        }
+        r = gw.request("POST", "/v1/chat/completions", body)
+        assert r.status == 200, r
+        worker = r.json()["id"].split("-")[1][:8]  # the sim's tag, the same in both processes
+        served[worker] = served.get(worker, 0) + 1
+        if g in last:
+            tries += 1
+            hits += last[g] == worker
+        last[g] = worker
+    after = per_process(gw, "smg_http_requests_total", path="/v1/chat/completions")
+    took = {p: after.get(p, 0) - before.get(p, 0) for p in after}
+    print(f"cache_aware, 2 processes: hits {hits}/{tries}, per process {took}, per worker {served}")
+    assert all(took.get(p, 0) > 0 for p in ("0", "1")), took  # both processes placed turns
+    assert hits == tries

@@ -47,13 +47,16 @@ def make_policy(
     cache_state: CacheAwareState | None = None,
     recorder: Recorder | None = None,
     loads: BoardCell | None = None,
+    hash_misses: bool = False,
 ) -> Policy:
     """The policy called `name` (one of `smg.config.POLICIES`), set up from `cfg`.
 
     `cache_state` and `recorder` let the caller own cache-aware's trees: the policy reads
     `cache_state` and records its decisions into `recorder` (the cache-index actor's lane).
     `loads` is the load monitor's `SnapshotCell[LoadBoard]`, read by least_load and
-    power_of_two (without it they compare requests in flight).
+    power_of_two (without it they compare requests in flight). `hash_misses`: other routers
+    share these workers (a mesh, `--workers N`): cache-aware places a prefix it holds nothing of
+    by rendezvous hashing, as they all do (see `cache_aware.py`).
     """
     wait = WaitParams(
         kv_pressure_weight=cfg.least_load_kv_pressure_weight,
@@ -77,6 +80,7 @@ def make_policy(
                 recorder=recorder,
                 max_tree_bytes=cfg.max_tree_bytes,
                 max_tree_size=cfg.max_tree_size,
+                hash_misses=hash_misses,
             )
         case "consistent_hashing":
             return ConsistentHashingPolicy(rng)

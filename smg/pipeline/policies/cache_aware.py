@@ -9,7 +9,8 @@ text):
 2. Otherwise the key is matched against what the candidates hold. If the matched share
    (`matched / len(key)`) is above `cache_threshold`, the least-loaded candidate among those
    holding that longest prefix wins; else the candidate holding the least (most cache room) wins,
-   ties to the lower load.
+   ties to the lower load, or, with `hash_misses`, the candidate the key's opening hashes to
+   (rendezvous hashing, `smg.pipeline.policies.rendezvous`).
 3. Either way the key is inserted into the tree for the winner, at `now()`.
 
 A request with no text and no tokens goes to the least-loaded candidate and leaves the tree alone.
@@ -22,8 +23,14 @@ tree is still updated for every winner, so it is warm when a worker's stream fal
 
 When the tree's best share is not above `cache_threshold` and other mesh nodes published hints
 (hashes of the prefixes they routed, see `smg.pipeline.prefix_hints`), the longest hinted prefix
-among the candidates counts as the match instead, if it is longer: a node that just joined routes
-like the others did.
+among the candidates counts as the match instead, if it is longer (as a share of the part hints
+cover, the key's first `HINTED_ITEMS` items): a node that just joined routes like the others did.
+
+`hash_misses` is for routers that share their workers with others (`--workers N` processes, mesh
+nodes): a tree learns of the other routers' decisions only through the mesh's summaries, a second
+or more later, so "most cache room" (each router's own tree) sent a new conversation's requests to
+different engines depending on which router took them. The hash depends on nothing a router holds
+alone, so all agree at once. A single router keeps the Rust gateway's "most cache room".
 
 Unlike the Rust gateway, the match only counts routable candidates: a prefix held by a worker that
 is down must not pin requests to nobody.
@@ -51,7 +58,11 @@ from smg.pipeline.cache_state import (
 )
 from smg.pipeline.kv_index import KvIndex, KvIndexes
 from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
+from smg.pipeline.policies.rendezvous import pick, window_digest
+from smg.pipeline.prefix_hints import BLOCK_ITEMS, MAX_BLOCKS
 from smg.pipeline.radix_tree import RadixTree
+
+HINTED_ITEMS = BLOCK_ITEMS * MAX_BLOCKS  # the most of a prefix that hints can vouch for
 
 __all__ = [
     "DEFAULT_MAX_TREE_BYTES",
@@ -86,6 +97,7 @@ class DirectRecorder:
 class CacheAwarePolicy:
     __slots__ = (
         "_abs",
+        "_hash_misses",
         "_now",
         "_owns_state",
         "_record",
@@ -109,9 +121,13 @@ class CacheAwarePolicy:
         kv_index: KvIndexes | None = None,
         max_tree_bytes: int = DEFAULT_MAX_TREE_BYTES,
         max_tree_size: int = 1 << 62,
+        hash_misses: bool = False,
     ) -> None:
         """With `recorder`, `state` belongs to whoever drains the recorder (the cache-index
-        actor): the policy only reads it. Without, the policy owns `state` (or a new one)."""
+        actor): the policy only reads it. Without, the policy owns `state` (or a new one).
+        `hash_misses`: a key with no good match goes where its opening hashes (other routers
+        share these workers), not to the candidate with the most cache room."""
+        self._hash_misses = hash_misses
         self.kv_index = kv_index  # settable after construction: the KV-events actor owns it
         self._threshold = cache_threshold
         self._abs = balance_abs_threshold
@@ -154,11 +170,27 @@ class CacheAwarePolicy:
             if share > self._threshold:
                 choice = min((i for i in range(n) if ids[i] in holders), key=loads.__getitem__)
             else:
-                size = tree.tenant_size
-                room = [(size(wid), load) for wid, load in zip(ids, loads, strict=True)]
-                choice = room.index(min(room))
+                choice = self._miss(key, candidates, ids, loads, tree)
         self._record(model, key, ids[choice], self._now())
         return choice
+
+    def _miss(
+        self,
+        key: str | Sequence[int],
+        candidates: Sequence[Candidate],
+        ids: list[str],
+        loads: list[int],
+        tree: RadixTree,
+    ) -> int:
+        """A key no candidate holds enough of: where its opening hashes (`hash_misses`), else
+        the candidate holding the least (most cache room), ties to the lower load."""
+        if self._hash_misses:
+            digest = window_digest(key)
+            if digest is not None:
+                return pick(digest, [c.url for c in candidates])
+        size = tree.tenant_size
+        room = [(size(wid), load) for wid, load in zip(ids, loads, strict=True)]
+        return room.index(min(room))
 
     def _hinted(
         self,
@@ -168,10 +200,16 @@ class CacheAwarePolicy:
         share: float,
         holders: set[str],
     ) -> tuple[float, set[str]]:
-        """The tree's match, or the longest prefix other nodes routed, if that is longer."""
+        """The tree's match, or the longest prefix other nodes routed, if that is longer.
+
+        Hints cover at most a key's first `HINTED_ITEMS` items (what nodes publish of each
+        prefix), so their share is of that: measured against a whole long prompt they could
+        never pass the threshold (a 3,000-character chat: 256 / 3,000), and a node learned
+        nothing from the others' summaries."""
         matched, hinted = self._state.hints.match(model, key, ids)
-        if matched / len(key) > share:
-            return matched / len(key), hinted
+        hinted_share = matched / min(len(key), HINTED_ITEMS)
+        if hinted_share > share:
+            return hinted_share, hinted
         return share, holders
 
     def _kv(self, request: RouteRequest) -> KvIndex | None:

@@ -61,6 +61,11 @@ class SendSide:
         self.goaway = True
         self._out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + error_code.to_bytes(4, "big")))
 
+    @property
+    def has_output(self) -> bool:
+        """Whether `data_to_send` has anything to give."""
+        return bool(self._out)
+
     def data_to_send(self) -> bytes:
         out = self._out
         self._owed = 0

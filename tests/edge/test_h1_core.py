@@ -7,6 +7,7 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
 from smg.edge.h1_write import ResponseWriter
@@ -53,7 +54,7 @@ def test_pipelined_requests_come_out_in_order_with_their_bodies() -> None:
     assert health[5] is False  # HTTP/1.0 without keep-alive closes
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=len(PIPELINE)), max_size=12))
 def test_any_split_of_the_bytes_gives_the_same_events(cuts: list[int]) -> None:
     bounds = [0, *sorted(cuts), len(PIPELINE)]
@@ -61,7 +62,7 @@ def test_any_split_of_the_bytes_gives_the_same_events(cuts: list[int]) -> None:
     assert events(pieces) == events(PIPELINE)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.integers(min_value=1, max_value=len(PIPELINE)))
 def test_byte_at_a_time_and_fixed_sizes_agree(size: int) -> None:
     pieces = [PIPELINE[i : i + size] for i in range(0, len(PIPELINE), size)]
@@ -268,7 +269,7 @@ def _request(draw: st.DrawFn) -> tuple[bytes, tuple[object, ...], bytes]:
     return raw, (method, path, query, chunked, tuple(headers)), body
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(_request(), min_size=1, max_size=5), st.lists(st.integers(0, 4000), max_size=8))
 def test_random_pipelines_in_random_splits_give_each_request_and_body(
     requests: list[tuple[bytes, tuple[object, ...], bytes]], cuts: list[int]

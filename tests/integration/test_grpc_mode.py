@@ -420,5 +420,12 @@ def test_mixed_fleet_serves_http_and_grpc_models(fleet: Fleet) -> None:
             c.chat.completions.create(model=model, messages=MSGS, max_tokens=4, stream=True)
         )
         assert "".join(deltas(chunks)), chunks
-    assert fleet.http_sim.stats()["completed"] == http_before + 2
-    assert fleet.engines["vllm"].stats()["completed"] == grpc_before + 2
+    # an engine counts a call completed just after its last message: wait, do not read at once
+    wait_until(
+        lambda: (
+            fleet.http_sim.stats()["completed"] == http_before + 2
+            and fleet.engines["vllm"].stats()["completed"] == grpc_before + 2
+        ),
+        5.0,
+        "both calls of each model completed",
+    )

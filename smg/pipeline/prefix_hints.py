@@ -29,6 +29,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 
 BLOCK_ITEMS = 16
 MAX_BLOCKS = 16  # 256 items: what CacheAwareState remembers of each routed prefix
+HINTED_ITEMS = BLOCK_ITEMS * MAX_BLOCKS  # the most of a prefix a hint can vouch for
 HASH_BYTES = 8
 MAX_ENTRIES = 16384
 MAX_HOLDERS = 4

@@ -32,6 +32,7 @@ import structlog
 
 from smg.pipeline.backends import hpack
 from smg.pipeline.backends.address_guard import AddressGuard
+from smg.pipeline.backends.grpc_call import LeanCall
 from smg.pipeline.backends.grpc_errors import CallError, grpc_timeout, status_of
 from smg.pipeline.backends.h2_client import (
     END,
@@ -51,94 +52,6 @@ from smg.pipeline.backends.h2_frames import (
 )
 
 log = structlog.get_logger("smg.grpc")
-
-
-class LeanCall:
-    """One server-streaming call: whole response messages in arrival order, then its status."""
-
-    __slots__ = ("_conn", "_details", "_messages", "_sid", "_status", "_timer", "_waiter")
-
-    def __init__(self) -> None:
-        self._conn: _Connection | None = None
-        self._sid = 0
-        self._messages: list[bytes] = []
-        self._waiter: asyncio.Future[None] | None = None
-        self._status: str | None = None  # "OK" or an error code name once the call ended
-        self._details = ""
-        self._timer: asyncio.TimerHandle | None = None
-
-    def done(self) -> bool:
-        return self._status is not None
-
-    async def read_batch(self) -> list[bytes]:
-        """Every message received since the last read (at least one); [] once the call ended
-        OK; raises `CallError` when it ended otherwise (after the messages before it)."""
-        while True:
-            messages = self._messages
-            if messages:
-                self._messages = []
-                conn = self._conn
-                if conn is not None:
-                    conn.consumed(self._sid, messages)
-                return messages
-            status = self._status
-            if status is not None:
-                if status == "OK":
-                    return messages
-                raise CallError(status, self._details)
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
-
-    def detach(self, grace_s: float = 5.0) -> None:
-        """The caller needs nothing more from a call the engine is ending anyway (every choice
-        finished, only the trailers are still to come): let the engine end it. Resetting every
-        such stream looks like an HTTP/2 rapid-reset attack to a gRPC server, which answers
-        GOAWAY. Reset only if the stream is still open after `grace_s`."""
-        if self._status is None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = asyncio.get_running_loop().call_later(grace_s, self._deadline)
-
-    def cancel(self) -> None:
-        """Reset the stream (the engine sees the call cancelled)."""
-        if self._status is None:
-            conn = self._conn
-            if conn is not None:
-                conn.cancel_stream(self._sid)
-            self._end("CANCELLED", "cancelled by the gateway")
-
-    # --- fed by the connection ---------------------------------------------------------------
-    def _message(self, payload: bytes) -> None:
-        self._messages.append(payload)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _end(self, status: str, details: str = "") -> None:
-        if self._status is not None:
-            return
-        self._status, self._details = status, details
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _deadline(self, details: str = "deadline exceeded") -> None:
-        self._timer = None
-        if self._status is None:
-            if self._conn is not None:
-                self._conn.cancel_stream(self._sid)
-            self._end("DEADLINE_EXCEEDED", details)
-
-    def expire_idle(self) -> None:
-        """The engine sent nothing for too long (the idle sweeper says so): reset the stream and
-        end the call as DEADLINE_EXCEEDED."""
-        self._deadline("no message from the engine within the idle limit")
 
 
 class _Connection(asyncio.Protocol):

@@ -59,10 +59,8 @@ from smg.pipeline.cache_state import (
 from smg.pipeline.kv_index import KvIndex, KvIndexes
 from smg.pipeline.policies.base import Candidate, RouteRequest, least_loaded
 from smg.pipeline.policies.rendezvous import pick, window_digest
-from smg.pipeline.prefix_hints import BLOCK_ITEMS, MAX_BLOCKS
+from smg.pipeline.prefix_hints import HINTED_ITEMS
 from smg.pipeline.radix_tree import RadixTree
-
-HINTED_ITEMS = BLOCK_ITEMS * MAX_BLOCKS  # the most of a prefix that hints can vouch for
 
 __all__ = [
     "DEFAULT_MAX_TREE_BYTES",

@@ -134,8 +134,8 @@ class _Conn(asyncio.Protocol):
         core = self.core
         core.feed(data)
         self._dispatch()
-        if core.done and not core.reusable and core.ended:
-            self._end_timer()  # the answer stands; the connection carries nothing more
+        if core.done and core.ended and not self.closed:
+            self.close()  # bytes nobody asked for: the answer stands, the connection is done
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
@@ -178,6 +178,8 @@ class _Conn(asyncio.Protocol):
                 self._end_timer()
                 if self.body is not None:
                     self.body.feed_eof()
+                if not ev.keep_alive:  # the whole answer is in: no need to wait for the close
+                    self.close()
             elif type(ev) is ParseError:
                 head, body = self.head, self.body
                 if head is not None and not head.done():

@@ -292,3 +292,19 @@ def test_targets_keep_a_path_prefix_and_name_default_ports() -> None:
     assert target_of("https://w").key == ("https", "w", 443)
     with pytest.raises(ValueError):
         target_of("grpc://w:1")
+
+
+async def test_bytes_on_an_idle_connection_retire_it() -> None:
+    async def chatty(r: asyncio.StreamReader, w: asyncio.StreamWriter, _: int) -> None:
+        await read_request(r)
+        w.write(OK)
+        await w.drain()
+        await asyncio.sleep(0.05)
+        w.write(b"HTTP/1.1 200 OK\r\n")  # nobody asked
+
+    async with serve(chatty) as srv:
+        client, t = H1Client(), target(srv)
+        resp = await client.request(t, post(t), 5.0, 5.0)
+        assert await resp.read() == b"{}" and client.idle_count() == 1
+        await asyncio.wait_for(srv.closed.wait(), 2)
+        assert client.idle_count() == 0

@@ -12,6 +12,10 @@ else `--worker-api-key`; never the clients' key); the engine request id the gate
 What it accepts back: a non-streamed body up to `max_response_bytes` (`ResponseTooLarge` past
 it), and streams that never stay silent longer than the idle limit (`IdleTimeout`, cut by the
 `IdleSweeper`, no timer per chunk).
+
+The data path's POSTs go through the lean HTTP/1.1 client (`h1_pool.H1Client`: httptools, a
+keep-alive pool per worker, aiohttp-shaped answers and errors); control-plane calls (health,
+models, loads, scrapes) stay on the aiohttp session.
 """
 
 from __future__ import annotations

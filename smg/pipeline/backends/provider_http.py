@@ -6,8 +6,8 @@ client's `H1Response`, read like aiohttp's) whose `content` reads OpenAI bytes: 
 Responses and Messages renderers and the runner's retry on a status read it as they read any
 HTTP worker's answer, so every surface rides this one path. A whole answer (or an error
 status) is read here under the size cap and the request's deadline and translated at once (its
-status may change: a vendor body that is not an
-answer is 502); a 200 event stream is translated chunk by chunk as the reader pulls it.
+status may change: a vendor body that is not an answer is 502); a 200 event stream is
+translated chunk by chunk as the reader pulls it.
 
 The credential: the worker's key (or the client's own with bring-your-own-key: `forward_headers`
 chose it) goes into the vendor's own header. No credential ever reaches a log or an error.

@@ -94,7 +94,7 @@ class _Conn(asyncio.Protocol):
     def response_done(self, keep: bool) -> None:
         """The reader is done with the answer: back to the pool when it can carry another."""
         if keep and self.core.reusable and not self.closed:
-            self.body = None
+            self.head = self.body = None  # no cycle through the answer: refcounting frees it
             self.client.put(self)
         else:
             self.close()
@@ -116,6 +116,7 @@ class _Conn(asyncio.Protocol):
             self.client.forget(self)
             if self.transport is not None:
                 self.transport.close()
+        self.head = self.body = None  # settled by now: no cycle through the answer
 
     def _expire(self) -> None:
         self.timer = None

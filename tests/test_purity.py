@@ -10,6 +10,7 @@ PURE = [
     *sorted((ROOT / "core").glob("*.py")),
     ROOT / "edge" / "h1.py",
     ROOT / "edge" / "h1_write.py",
+    ROOT / "pipeline" / "backends" / "h1_client.py",
     ROOT / "pipeline" / "radix_tree.py",
     ROOT / "pipeline" / "radix_eviction.py",
     ROOT / "pipeline" / "cache_state.py",

@@ -84,6 +84,7 @@ from smg.metrics import Metrics
 from smg.metrics.workers import EngineLoadCollector, PolicyCollector
 from smg.pipeline.backends.flush import CacheFlusher
 from smg.pipeline.backends.grpc_pool import EnginePool
+from smg.pipeline.backends.h1_pool import H1Client
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard
@@ -328,8 +329,8 @@ class Gateway:
             raise ConfigError(f"--history-backend {name}: {err}") from None
 
     async def _run(self, history: Storage, stop: asyncio.Event) -> None:
-        async with self._worker_session() as session:
-            backend = self.worker_http = http_backend(session, self.cfg, self.idle)
+        async with self._worker_session() as session, self._data_client() as client:
+            backend = self.worker_http = http_backend(session, self.cfg, self.idle, client)
             async with (
                 Supervisor("workers", strategy=Strategy.ONE_FOR_ONE, clock=self.clock) as wsup,
                 Supervisor("core", strategy=Strategy.REST_FOR_ONE, clock=self.clock) as core,
@@ -373,6 +374,16 @@ class Gateway:
             auto_decompress=False,
         ) as session:
             yield session
+
+    @contextlib.asynccontextmanager
+    async def _data_client(self) -> AsyncIterator[H1Client]:
+        """The lean HTTP/1.1 pool of the data path's POSTs to HTTP workers: the same address
+        policy and TLS context as the session."""
+        client = H1Client(self.url_guard, self.tls.workers.http)
+        try:
+            yield client
+        finally:
+            client.close()
 
     async def _register_startup_workers(self) -> None:
         registry = self.actors.registry()

@@ -13,6 +13,7 @@ from smg.core.idle import IdleSweeper
 from smg.core.worker_urls import AddressPolicy, InvalidWorkerUrl
 from smg.pipeline import pd
 from smg.pipeline.backends.address_guard import AddressGuard
+from smg.pipeline.backends.h1_pool import H1Client
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.providers import PROVIDERS
 
@@ -74,7 +75,10 @@ def idle_sweeper(cfg: GatewayConfig) -> IdleSweeper | None:
 
 
 def http_backend(
-    session: aiohttp.ClientSession, cfg: GatewayConfig, idle: IdleSweeper | None
+    session: aiohttp.ClientSession,
+    cfg: GatewayConfig,
+    idle: IdleSweeper | None,
+    client: H1Client | None = None,
 ) -> HttpBackend:
     up = cfg.upstream
     return HttpBackend(
@@ -86,6 +90,7 @@ def http_backend(
         idle=idle,
         provider_byok=up.provider_byok,
         gateway_keys=gateway_keys(cfg),
+        client=client,
     )
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 
-import aiohttp
 import orjson
 import structlog
 from aiohttp import web
@@ -34,6 +33,7 @@ from aiohttp import web
 from smg import errors
 from smg.flow.relay import UPSTREAM_FAILURES, is_event_stream, pump, upstream_failure
 from smg.flow.render import ChatRenderer, RenderFactory, sse_response
+from smg.pipeline.backends.h1_body import H1Response
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.chat_answer import (
     ChatAnswerError,
@@ -78,7 +78,7 @@ class ChatAnswer:
         self,
         backend: HttpBackend,
         client: web.Request,
-        upstream: aiohttp.ClientResponse,
+        upstream: H1Response,
         renderer: ChatRenderer,
         *,
         request_id: str,

@@ -19,7 +19,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
 
@@ -32,6 +31,7 @@ from smg.flow.request import Kind, Request
 from smg.flow.single import SingleWorker
 from smg.pipeline.backends.grpc_errors import EngineError
 from smg.pipeline.backends.grpc_pool import EngineClient, is_grpc_url, refusal
+from smg.pipeline.backends.h1_body import H1Response
 from smg.pipeline.embeddings import Input, embedding_inputs, embeddings_body, routing_text
 from smg.pipeline.policies.base import RouteRequest
 
@@ -98,7 +98,7 @@ class Embedder:
             request_id=req.client_id,
         )
         response = attempt.response
-        if isinstance(response, aiohttp.ClientResponse):
+        if isinstance(response, H1Response):
             return await self.single.relay.answer(client, attempt, req.client_id, False)
         runner.finish(attempt, True)
         body = embeddings_body(

@@ -17,7 +17,6 @@ import asyncio
 import random
 from collections.abc import Mapping
 
-import aiohttp
 import orjson
 import structlog
 from aiohttp import web
@@ -42,6 +41,7 @@ from smg.flow.render import (
 from smg.flow.request import Request
 from smg.flow.runner import Pairing, settle
 from smg.pipeline import pd
+from smg.pipeline.backends.h1_body import H1Response
 from smg.pipeline.backends.http import HttpBackend, ResponseTooLarge, UpstreamError
 from smg.pipeline.engine_ids import with_engine_ids
 from smg.pipeline.policies.base import RouteRequest
@@ -58,7 +58,7 @@ async def _open(
     path: str,
     data: bytes,
     headers: Mapping[str, str],
-) -> aiohttp.ClientResponse:
+) -> H1Response:
     """Open one leg; a failure or a non-2xx answer raises `LegFailed`."""
     try:
         with tracing.stage(f"dispatch_{role}", "server.address", worker.url):
@@ -172,7 +172,7 @@ class HttpPd:
         self,
         client: web.Request,
         req: Request,
-        resp: aiohttp.ClientResponse,
+        resp: H1Response,
         pair: pd.PdPair,
         renderer: ChatRenderer,
     ) -> chat.ChatAnswer:
@@ -220,9 +220,7 @@ class HttpPd:
         finally:
             settle(worker, success)  # cancelled (the decode leg failed): outcome unknown
 
-    async def _whole(
-        self, resp: aiohttp.ClientResponse, pair: pd.PdPair, request_id: str
-    ) -> web.Response:
+    async def _whole(self, resp: H1Response, pair: pd.PdPair, request_id: str) -> web.Response:
         try:
             body = await self.backend.read_body(resp)
         except UPSTREAM_FAILURES as exc:
@@ -234,7 +232,7 @@ class HttpPd:
     async def _stream(
         self,
         client: web.Request,
-        resp: aiohttp.ClientResponse,
+        resp: H1Response,
         out: web.StreamResponse,
         decode: WorkerSnapshot,
     ) -> bool | None:

@@ -27,6 +27,7 @@ from smg import errors, tracing
 from smg.core.idle import Watch
 from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS
 from smg.flow.runner import Attempt, Runner, outcome_of
+from smg.pipeline.backends.h1_body import H1Response
 from smg.pipeline.backends.http import (
     DROP_RESPONSE,
     HttpBackend,
@@ -58,19 +59,19 @@ def upstream_failure(
     return backend.answer_failure(exc)
 
 
-def is_event_stream(upstream: aiohttp.ClientResponse) -> bool:
+def is_event_stream(upstream: H1Response) -> bool:
     """A streamed answer: 200 and SSE. Anything else (an error, or a worker that answers a
     stream request with one JSON document) is read whole, under the size cap."""
     return upstream.status == 200 and upstream.content_type == "text/event-stream"
 
 
-def answer_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
+def answer_headers(upstream: H1Response) -> dict[str, str]:
     """The worker's response headers the client may see (no hop-by-hop ones, not its id)."""
     return {k: v for k, v in upstream.headers.items() if k.lower() not in DROP_RESPONSE}
 
 
 async def pump(
-    upstream: aiohttp.ClientResponse, write: Callable[[bytes], Awaitable[None]], watch: Watch
+    upstream: H1Response, write: Callable[[bytes], Awaitable[None]], watch: Watch
 ) -> BaseException | None:
     """Relay `upstream`'s body chunk by chunk to `write` until it ends (None) or fails (the
     failure, one of `UPSTREAM_FAILURES`, returned). A client gone raises `ConnectionError` from
@@ -97,7 +98,7 @@ class HttpRelay:
     async def answer(
         self,
         client: web.Request,
-        attempt: Attempt[aiohttp.ClientResponse],
+        attempt: Attempt[H1Response],
         request_id: str,
         stream: bool,
     ) -> web.StreamResponse:
@@ -105,9 +106,7 @@ class HttpRelay:
             return await self.stream(client, attempt, request_id)
         return await self.whole(attempt, request_id)  # size-capped, whatever the client asked
 
-    async def whole(
-        self, attempt: Attempt[aiohttp.ClientResponse], request_id: str
-    ) -> web.Response:
+    async def whole(self, attempt: Attempt[H1Response], request_id: str) -> web.Response:
         upstream = attempt.response
         success: bool | None = None  # stays None if the client leaves first
         read = False
@@ -135,7 +134,7 @@ class HttpRelay:
     async def stream(
         self,
         client: web.Request,
-        attempt: Attempt[aiohttp.ClientResponse],
+        attempt: Attempt[H1Response],
         request_id: str,
     ) -> web.StreamResponse:
         upstream = attempt.response
@@ -166,7 +165,7 @@ class HttpRelay:
             self.settle_stream(attempt, watch, success)
 
     def settle_stream(
-        self, attempt: Attempt[aiohttp.ClientResponse], watch: Watch, success: bool | None
+        self, attempt: Attempt[H1Response], watch: Watch, success: bool | None
     ) -> None:
         """A streamed answer has ended: its watch released, its upstream connection kept only
         when it ended well (else dropped: the worker sees the disconnect), its attempt settled."""

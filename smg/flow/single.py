@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from smg import tracing
@@ -34,6 +33,7 @@ from smg.pipeline.backends.grpc_pool import (
     request_for,
     start_stream,
 )
+from smg.pipeline.backends.h1_body import H1Response
 from smg.pipeline.policies.base import RouteRequest
 
 
@@ -59,7 +59,7 @@ class SingleWorker:
             send=self._sender(req, raw, prepared),
             request_id=req.client_id,
         )
-        if isinstance(attempt.response, aiohttp.ClientResponse):
+        if isinstance(attempt.response, H1Response):
             renderer = chat.chat_renderer(render_with)
             if renderer is not None and attempt.response.status == 200:
                 return await self._read_back(client, req, attempt, renderer)
@@ -73,7 +73,7 @@ class SingleWorker:
         self,
         client: web.Request,
         req: Request,
-        attempt: Attempt[aiohttp.ClientResponse],
+        attempt: Attempt[H1Response],
         renderer: ChatRenderer,
     ) -> web.StreamResponse:
         worker_id = attempt.worker.worker_id

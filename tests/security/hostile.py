@@ -28,6 +28,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: bytes
+    peer: tuple[str, int] | None = None  # the gateway's end of the connection it came on
 
     def header(self, name: str) -> str | None:
         low = name.lower()
@@ -64,7 +65,9 @@ class HostileWorker:
     async def _record(self, request: web.Request) -> None:
         body = await request.read()
         with self._lock:
-            self.seen.append(Seen(request.method, request.path, dict(request.headers), body))
+            peer = request.transport.get_extra_info("peername") if request.transport else None
+            seen = Seen(request.method, request.path, dict(request.headers), body, peer)
+            self.seen.append(seen)
 
     async def _health(self, request: web.Request) -> web.Response:
         await self._record(request)

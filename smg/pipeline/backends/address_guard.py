@@ -8,8 +8,8 @@ Three places, one policy:
   address about to be connected is judged right there, after DNS, so a name that changes its
   answer after registration (DNS rebinding) gets nowhere; aiohttp's happy-eyeballs then tries
   the name's other addresses;
-* every connect of the lean gRPC data path (`open_socket`): resolved here, denied addresses
-  dropped, the rest tried in order.
+* every connect of the lean data paths, gRPC and HTTP/1.1 (`open_socket`): resolved here,
+  denied addresses dropped, the rest tried in order.
 
 Name resolution runs under a deadline (`resolve_timeout_s`). A name that does not resolve at
 registration is accepted (a worker may come up later; the connect-time check still holds).

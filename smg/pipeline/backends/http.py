@@ -12,10 +12,15 @@ else `--worker-api-key`; never the clients' key); the engine request id the gate
 What it accepts back: a non-streamed body up to `max_response_bytes` (`ResponseTooLarge` past
 it), and streams that never stay silent longer than the idle limit (`IdleTimeout`, cut by the
 `IdleSweeper`, no timer per chunk).
+
+The data path's POSTs go through the lean HTTP/1.1 client (`h1_pool.H1Client`: httptools, a
+keep-alive pool per worker, aiohttp-shaped answers and errors); control-plane calls (health,
+models, loads, scrapes) stay on the aiohttp session.
 """
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Mapping
 from typing import Any, cast
@@ -23,13 +28,15 @@ from typing import Any, cast
 import aiohttp
 import orjson
 import structlog
-from yarl import URL
 
 from smg import errors, tracing
 from smg.core import dp
 from smg.core.health import ProbeResult
 from smg.core.idle import IdleSweeper, Watch
 from smg.core.snapshots import WorkerSnapshot
+from smg.pipeline.backends.h1_body import H1Response
+from smg.pipeline.backends.h1_client import request_bytes
+from smg.pipeline.backends.h1_pool import H1Client, Target, target_of
 from smg.pipeline.backends.provider_http import (
     TranslatedStream,
     WholeContent,
@@ -120,7 +127,11 @@ class HttpBackend:
         idle: IdleSweeper | None = None,
         provider_byok: bool = False,
         gateway_keys: frozenset[str] = frozenset(),
+        client: H1Client | None = None,
     ) -> None:
+        """`session`: aiohttp, for the control plane (health, models, loads); `client`: the lean
+        HTTP/1.1 pool the data path's POSTs go through (default: one with the default address
+        policy and the session connector's TLS settings)."""
         self.provider_byok = provider_byok  # a provider worker gets the client's own key
         self._gateway_keys = gateway_keys  # ... unless it is one of the gateway's own
         self._providers: dict[str, Provider] = {}
@@ -131,7 +142,12 @@ class HttpBackend:
         self.idle = idle
         self._default_auth = f"Bearer {worker_api_key}" if worker_api_key else None
         self._timeout = self._client_timeout(request_timeout_s)
-        self._urls: dict[tuple[str, str], URL] = {}
+        self.client = client or H1Client(tls=_session_tls(session))
+        self._targets: dict[str, Target] = {}
+
+    def close(self) -> None:
+        """Close the data path's idle connections (the session is its owner's to close)."""
+        self.client.close()
 
     def _client_timeout(self, total_s: float) -> aiohttp.ClientTimeout:
         return aiohttp.ClientTimeout(total=total_s, connect=min(self.connect_timeout_s, total_s))
@@ -179,7 +195,7 @@ class HttpBackend:
         body: bytes,
         headers: Mapping[str, str],
         timeout_s: float | None = None,
-    ) -> aiohttp.ClientResponse:
+    ) -> H1Response:
         """Send the request; return once the status line and headers are in. `timeout_s`: what
         is left of the request's deadline (default: all of it); it bounds the body too. A
         provider worker's request goes out in its vendor's terms (`_open_provider`)."""
@@ -201,7 +217,7 @@ class HttpBackend:
         body: bytes,
         headers: Mapping[str, str],
         timeout: aiohttp.ClientTimeout,
-    ) -> aiohttp.ClientResponse:
+    ) -> H1Response:
         """The answer reads as OpenAI's: a 200 stream translated as it is read, anything else
         read whole here (size-capped, within the deadline) and translated at once. A whole
         answer that fails while it is read becomes the gateway's error answer (502/504: the
@@ -251,21 +267,28 @@ class HttpBackend:
         body: bytes,
         headers: Mapping[str, str],
         timeout: aiohttp.ClientTimeout,
-    ) -> aiohttp.ClientResponse:
-        key = (worker.url, path)
-        url = self._urls.get(key)
-        if url is None:  # parsing a URL costs more than the rest of our per-request work
-            url = self._urls[key] = URL(dp.engine_url(worker.url) + path)
+    ) -> H1Response:
+        target = self._targets.get(worker.url)
+        if target is None:
+            target = self._targets[worker.url] = target_of(dp.engine_url(worker.url))
         if tracing.enabled():  # the current (dispatch) span's traceparent goes to the worker
             headers = dict(headers)
             tracing.inject_headers(headers)
+        total = timeout.total or self.timeout_s
         try:
-            return await self.session.post(url, data=body, headers=headers, timeout=timeout)
+            data = request_bytes("POST", target.prefix + path, target.host, headers, body)
+        except ValueError:
+            raise errors.invalid_request(
+                "a request header holds a line break", code="invalid_header"
+            ) from None
+        try:
+            return await self.client.request(
+                target, data, timeout.connect or self.connect_timeout_s, total
+            )
         except aiohttp.ConnectionTimeoutError as exc:  # nothing was sent: another worker may do
             detail = f"{worker.url}: no connection in {timeout.connect:g} s"
             raise UpstreamError("connect", detail) from exc
         except TimeoutError as exc:
-            total = timeout.total or 0.0
             raise UpstreamError(
                 "timeout", f"{worker.url}: no answer in {total:g} s", total
             ) from exc
@@ -273,7 +296,7 @@ class HttpBackend:
             raise UpstreamError("connect", f"{worker.url}: {exc!r}") from exc
 
     # --- what comes back -------------------------------------------------------------------------
-    def watch(self, upstream: aiohttp.ClientResponse) -> Watch:
+    def watch(self, upstream: H1Response) -> Watch:
         """Put `upstream`'s body under the idle limit: the reader bumps `progress` per chunk and
         calls `unwatch` when done; a silent stream's next read raises `IdleTimeout`."""
         idle = self.idle
@@ -290,7 +313,7 @@ class HttpBackend:
         if self.idle is not None and watch is not UNWATCHED:
             self.idle.release(watch)
 
-    async def read_body(self, upstream: aiohttp.ClientResponse) -> bytearray:
+    async def read_body(self, upstream: H1Response) -> bytearray:
         """The whole (non-streamed) answer, at most `max_response_bytes` (`ResponseTooLarge`
         past it: the caller drops the connection); idle-limited like a stream."""
         limit = self.max_response_bytes
@@ -345,6 +368,12 @@ class HttpBackend:
             if resp.status != 200:
                 return resp.status, b""
             return 200, bytes(await read_capped(resp.content, CONTROL_BODY_BYTES, UNWATCHED))
+
+
+def _session_tls(session: aiohttp.ClientSession) -> ssl.SSLContext | None:
+    """The TLS context of the session's connector (`TCPConnector(ssl=...)`), when it has one."""
+    tls = getattr(getattr(session, "connector", None), "_ssl", None)
+    return tls if isinstance(tls, ssl.SSLContext) else None
 
 
 async def read_capped(content: Any, limit: int, watch: Watch) -> bytearray:

@@ -1,12 +1,13 @@
 """The transport shell of a provider worker: its request out through `Provider.chat_request`,
 its answer back as an OpenAI chat completion through `chat_answer` / `chat_stream`.
 
-`HttpBackend.open` hands a provider worker's attempt here and gets back an aiohttp response
-whose `content` reads OpenAI bytes: the relay, the Responses and Messages renderers and the
-runner's retry on a status read it as they read any HTTP worker's answer, so every surface rides
-this one path. A whole answer (or an error status) is read here under the size cap and the
-request's deadline and translated at once (its status may change: a vendor body that is not an
-answer is 502); a 200 event stream is translated chunk by chunk as the reader pulls it.
+`HttpBackend.open` hands a provider worker's attempt here and gets back a response (the lean
+client's `H1Response`, read like aiohttp's) whose `content` reads OpenAI bytes: the relay, the
+Responses and Messages renderers and the runner's retry on a status read it as they read any
+HTTP worker's answer, so every surface rides this one path. A whole answer (or an error
+status) is read here under the size cap and the request's deadline and translated at once (its
+status may change: a vendor body that is not an answer is 502); a 200 event stream is
+translated chunk by chunk as the reader pulls it.
 
 The credential: the worker's key (or the client's own with bring-your-own-key: `forward_headers`
 chose it) goes into the vendor's own header. No credential ever reaches a log or an error.

@@ -6,6 +6,8 @@ Two bare relays of `POST /v1/chat/completions` to one upstream worker, with noth
 
     --impl aiohttp  aiohttp's web server + one ClientSession (what smg serves with today)
     --impl raw      asyncio Protocols with httptools' parsers on both sides, keep-alive pool
+    --impl aioserver  aiohttp's web server in front of the same bare upstream as `raw` (the
+                    server's share alone)
     --impl lean     smg's own lean server (smg/edge: bounds, timeouts, back-pressure, a task
                     per request) in front of the same bare httptools upstream as `raw`
 
@@ -163,7 +165,34 @@ async def serve_lean(port: int, upstream: str) -> None:
     await asyncio.Event().wait()
 
 
-IMPLS = {"aiohttp": serve_aiohttp, "raw": serve_raw, "lean": serve_lean}
+async def serve_aioserver(port: int, upstream: str) -> None:
+    """aiohttp's web server in front of the bare httptools upstream: the server's share alone."""
+    from aiohttp import web
+
+    relay = raw_upstream(upstream)
+
+    async def chat(request: web.Request) -> web.Response:
+        status, data = await relay(await request.read())
+        return web.Response(body=data, status=status, content_type="application/json")
+
+    async def models(_: web.Request) -> web.Response:
+        return web.Response(body=MODELS, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post(CHAT.decode(), chat)
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
+
+
+IMPLS = {
+    "aiohttp": serve_aiohttp,
+    "raw": serve_raw,
+    "lean": serve_lean,
+    "aioserver": serve_aioserver,
+}
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """The simulated OpenAI-compatible worker (`smg sim`): an aiohttp app that answers the way vLLM and
 SGLang servers do, so a gateway can register, probe, load-balance and stream from it.
 
-The handlers live in `http_handlers.SimWorker`; this module wires them to routes and runs the
+The handlers live in `http_handlers.SimWorker` (generation) and the `http_admin.SimAdmin` it
+extends (state, discovery, health, control); this module wires them to routes and runs the
 server (`build_app`, `start`, and `serve`, which `smg sim` runs until a signal).
 """
 

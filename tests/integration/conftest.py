@@ -105,6 +105,21 @@ def wait_until(
         time.sleep(interval_s)
 
 
+def wait_completed(
+    count: int, *backends: Sim | Engine, timeout_s: float = 5.0
+) -> list[dict[str, int]]:
+    """Each backend's stats once every one counts exactly `count` calls completed. A sim counts
+    a call completed only after its last message is sent (and a PD prefill leg runs beside the
+    decode one), so a client holding its answer may read the count first: wait, never read it
+    at once."""
+
+    def settled() -> list[dict[str, int]] | None:
+        stats = [b.stats() for b in backends]
+        return stats if all(s["completed"] == count for s in stats) else None
+
+    return wait_until(settled, timeout_s, f"{count} calls completed on each backend")
+
+
 # --- plain HTTP ----------------------------------------------------------------------------------
 
 

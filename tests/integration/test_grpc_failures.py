@@ -12,7 +12,7 @@ import pytest
 
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir, tokenizer_zip
 
-from .conftest import Engine, Gateway, Launcher, kill_mid_stream, wait_until
+from .conftest import Engine, Gateway, Launcher, kill_mid_stream, wait_completed, wait_until
 
 MSGS = [{"role": "user", "content": "Tell me a story about a gateway."}]
 
@@ -149,6 +149,6 @@ def test_killed_engine_fails_its_stream_fast_and_retries_move_on(
                 model="kill", messages=[{"role": "user", "content": f"again {i}"}], max_tokens=2
             )
             assert out.choices[0].message.content
-        assert other.stats()["completed"] == before + 6
+        wait_completed(before + 6, other)
         retried = gw.metric("smg_worker_retries_total", worker=victim.url)
         assert retried is not None and retried >= 1, retried

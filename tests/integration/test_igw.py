@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir
 
-from .conftest import Gateway, Launcher, assert_openai_error, http, wait_until
+from .conftest import Gateway, Launcher, assert_openai_error, http, wait_completed, wait_until
 
 ROUTED = "X-SMG-Routed-Worker-Id"
 VENDOR_KEY = "sk-vendor"
@@ -249,9 +249,7 @@ def test_pd_pairs_of_two_models_side_by_side(launch: Launcher) -> None:
             assert raw.parse().model == model
             assert raw.headers[ROUTED] == ids[sims[model, "decode"].url]
             assert raw.headers["X-SMG-Prefill-Worker-Id"] == ids[sims[model, "prefill"].url]
-    for model in ("left", "right"):
-        assert sims[model, "prefill"].stats()["completed"] == 2
-        assert sims[model, "decode"].stats()["completed"] == 2
+    wait_completed(2, *sims.values())  # both legs of each model's two requests
     r = gw.request("POST", "/generate", {"text": "hi"})
     assert_openai_error(r, 400, "missing_model")
 

@@ -11,7 +11,13 @@ from typing import Any
 import openai
 import pytest
 
-from .conftest import Launcher, assert_openai_error, drive_pd_requests, wait_until
+from .conftest import (
+    Launcher,
+    assert_openai_error,
+    drive_pd_requests,
+    wait_completed,
+    wait_until,
+)
 
 BOOTSTRAP_PORT = 8998
 MESSAGES = [{"role": "user", "content": "hello pd"}]
@@ -32,10 +38,10 @@ def test_pd_non_streaming_and_streaming_share_rooms(launch: Launcher) -> None:
     gw, prefill, decode = _pd(launch)
     drive_pd_requests(gw, MESSAGES)
 
+    wait_completed(3, prefill, decode)
     p_rooms, d_rooms = _rooms(prefill), _rooms(decode)
     assert len(d_rooms) == 3 and p_rooms == d_rooms
     assert all(0 <= int(r) < 2**63 for r in d_rooms)
-    assert prefill.stats()["completed"] == 3 and decode.stats()["completed"] == 3
 
 
 def test_decode_sim_rejects_requests_without_bootstrap(launch: Launcher) -> None:
@@ -165,14 +171,9 @@ def test_generate_runs_through_pd_over_http(launch: Launcher) -> None:
     assert events[-1]["text"] == out["text"]  # cumulative, as SGLang streams it
     assert all(e["meta_info"]["finish_reason"] is None for e in events[:-1])
 
+    wait_completed(2, prefill, decode)
     p_rooms, d_rooms = _rooms(prefill), _rooms(decode)
     assert len(d_rooms) == 2 and p_rooms == d_rooms
-    # the prefill leg runs beside the decode one and may end just after the client's answer
-    wait_until(
-        lambda: prefill.stats()["completed"] == 2 and decode.stats()["completed"] == 2,
-        5,
-        "both legs of both requests completed",
-    )
 
 
 def test_responses_run_through_http_pd_pairs(launch: Launcher) -> None:
@@ -204,9 +205,9 @@ def test_responses_run_through_http_pd_pairs(launch: Launcher) -> None:
         assert second.usage.input_tokens > alone.usage.input_tokens  # the first turn came along
         assert client.responses.retrieve(second.id).output_text == second.output_text
 
+    wait_completed(4, prefill, decode)
     p_rooms, d_rooms = _rooms(prefill), _rooms(decode)
     assert len(d_rooms) == 4 and p_rooms == d_rooms
-    assert prefill.stats()["completed"] == 4 and decode.stats()["completed"] == 4
 
 
 @pytest.mark.parametrize("killed", ["prefill", "decode"])

@@ -14,7 +14,7 @@ import aiohttp
 import openai
 import pytest
 
-from .conftest import Gateway, Launcher, drive_pd_requests, wait_until
+from .conftest import Gateway, Launcher, drive_pd_requests, wait_completed, wait_until
 
 BOOTSTRAP_PORT = 8998
 MESSAGES = [{"role": "user", "content": "hello grpc pd"}]
@@ -33,9 +33,9 @@ def test_pd_grpc_streaming_and_non_streaming(launch: Launcher, runtime: str) -> 
     gw, prefill, decode = _pd(launch, runtime)
     drive_pd_requests(gw, MESSAGES)
 
-    p, d = prefill.stats(), decode.stats()
-    assert d["pd_requests"] == 3 and d["completed"] == 3 and d["rejected"] == 0
-    assert p["pd_requests"] == 3 and p["completed"] == 3
+    p, d = wait_completed(3, prefill, decode)
+    assert d["pd_requests"] == 3 and d["rejected"] == 0
+    assert p["pd_requests"] == 3
     # the Rust gateway's PD series: TTFT of the streamed one; vLLM's sequential legs timed
     labels = {"backend_type": "pd", "runtime": runtime}
     assert gw.metric("smg_pd_ttft_seconds_count", **labels) == 1
@@ -68,9 +68,9 @@ async def _read_sse(gw: Gateway, path: str, body: dict[str, Any]) -> tuple[list[
 
 def _pd_legs(prefill: Any, decode: Any, n: int) -> None:
     """Both engines served `n` PD legs (bootstrap room or KV params on each), refused none."""
-    p, d = prefill.stats(), decode.stats()
-    assert d["pd_requests"] == n and d["completed"] == n and d["rejected"] == 0, d
-    assert p["pd_requests"] == n and p["completed"] == n and p["rejected"] == 0, p
+    p, d = wait_completed(n, prefill, decode)
+    assert d["pd_requests"] == n and d["rejected"] == 0, d
+    assert p["pd_requests"] == n and p["rejected"] == 0, p
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -201,9 +201,9 @@ def test_sglang_bootstrap_port_comes_from_get_server_info(launch: Launcher) -> N
     decode = launch.engine(runtime="sglang", role="decode")
     gw = launch.gateway(prefill=[(prefill, None)], decode=[decode])
     drive_pd_requests(gw, MESSAGES)
-    d = decode.stats()
+    (d,) = wait_completed(3, decode)
     assert d["last_bootstrap_port"] == BOOTSTRAP_PORT + 1
-    assert d["pd_requests"] == 3 and d["completed"] == 3 and d["rejected"] == 0
+    assert d["pd_requests"] == 3 and d["rejected"] == 0
 
 
 def test_sglang_prefill_without_a_bootstrap_port_is_a_clean_error(launch: Launcher) -> None:
@@ -283,7 +283,10 @@ def test_prefill_killed_mid_request(launch: Launcher, runtime: str, retries: boo
     wait_until(lambda: d.stats()["in_flight"] == 0, 5, "no decode leg left in flight")
 
     assert gw.request("GET", "/health").status == 200
-    before = other.stats()["completed"]
+    # the retried call's prefill leg counts itself completed once its last message is sent,
+    # which may be after the client's answer: wait for it to settle before taking the count
+    settled = wait_until(lambda: (s := other.stats())["in_flight"] == 0 and s, 5, "other settled")
+    before = settled["completed"]
     statuses = []
     for i in range(3):  # round robin lands on the dead prefill at least once
         again = {**body, "messages": [{"role": "user", "content": f"again {i}"}], "max_tokens": 2}
@@ -293,6 +296,6 @@ def test_prefill_killed_mid_request(launch: Launcher, runtime: str, retries: boo
             assert out.json()["error"]["code"] == "pd_prefill_failed", out
     if retries:
         assert statuses == [200] * 3
-        assert other.stats()["completed"] == before + 3
     else:  # no retry: the dead prefill fails fast until health checks or the breaker drop it
-        assert 200 in statuses and other.stats()["completed"] == before + statuses.count(200)
+        assert 200 in statuses
+    wait_completed(before + statuses.count(200), other)

@@ -22,7 +22,7 @@ import pytest
 from support.otlp_receiver import Receiver, Span, otlp_receiver
 from support.ports import free_port
 
-from .conftest import Engine, Gateway, Launcher, Sim
+from .conftest import Engine, Gateway, Launcher, Sim, wait_until
 
 MSGS = [{"role": "user", "content": "SIM_REPLY: one two three four"}]
 CHAT_ROOT = "POST /v1/chat/completions"
@@ -214,7 +214,14 @@ def test_a_pd_pair_over_grpc_gets_one_trace_on_both_legs(launch: Launcher) -> No
                 )
             )
         assert chunks
-        seen = {e.proc.name: e.stats()["last_traceparent"] for e in (prefill, decode)}
+
+        # SGLang's prefill leg runs beside the decode stream: it may reach its engine after the
+        # client has its answer, so wait for both legs, do not read them at once
+        def both_legs() -> dict[str, str] | None:
+            seen = {e.proc.name: e.stats()["last_traceparent"] for e in (prefill, decode)}
+            return seen if all(seen.values()) else None
+
+        seen = wait_until(both_legs, 5.0, "both legs on their engines")
         trace_ids = {traceparent_trace_id(v) for v in seen.values()}
         assert len(trace_ids) == 1
         (trace_id,) = trace_ids

@@ -7,10 +7,9 @@ in time (`UpstreamError("timeout")`), or refused the request (`EngineError`, wit
 status). A failure after output started is not raised: it ends each open choice with
 `Finished("error")`.
 
-Generate runs on the lean data path (`grpc_lean`: our own HTTP/2 connection, a fraction of
-grpc.aio's CPU per streamed message) unless the client is made with `lean_generate=False`; it
-yields the events of each batch of messages that arrived together (`generate_batches`), so the
-caller can write them to its client at once.
+Generate runs on the lean data path (`grpc_lean`) unless the client is made with
+`lean_generate=False`; `grpc_generate` reads its calls into our events (`generate_batches`: those
+of each batch of messages that arrived together).
 
 Two grpc.aio channels per engine, each on its own TCP connection (`use_local_subchannel_pool`):
 * data: Generate when not lean, and SubscribeKvEvents, with HTTP/2 keepalive so a dead engine
@@ -18,8 +17,9 @@ Two grpc.aio channels per engine, each on its own TCP connection (`use_local_sub
   engine's server must accept a ping every 30 s without calls
   (`grpc.http2.min_ping_interval_without_data_ms` <= 30000 and `max_ping_strikes` 0 on the
   server), or it answers GOAWAY "too_many_pings" and the connection is re-made.
-* probe: health, model info, loads, tokenizer download and Abort; no keepalive (short unary
-  calls), so a probe never shares the fate of a data connection a server closed for pinging.
+* probe: health, model info, loads, tokenizer download and Abort (`grpc_control`); no keepalive
+  (short unary calls), so a probe never shares the fate of a data connection a server closed
+  for pinging.
 
 A `grpcs://` engine gets all three connections (lean, data, probe) over TLS, verified and with
 the client certificate of `WorkerTls`; `grpc://` stays plaintext.
@@ -33,17 +33,8 @@ from typing import Any
 
 import grpc
 import structlog
-from google.protobuf import json_format
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from smg_grpc_proto.generated import (
-    common_pb2,
-    sglang_scheduler_pb2,
-    sglang_scheduler_pb2_grpc,
-    vllm_engine_pb2,
-    vllm_engine_pb2_grpc,
-)
+from smg_grpc_proto.generated import common_pb2
 
-from smg import tracing
 from smg.core.idle import IdleSweeper
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc_contract import (
@@ -53,24 +44,23 @@ from smg.pipeline.backends.grpc_contract import (
     SGLANG,
     VLLM,
 )
+from smg.pipeline.backends.grpc_control import EngineControl, stub_for
 from smg.pipeline.backends.grpc_errors import (
     DATA_CHANNEL_OPTIONS,
     MAX_MESSAGE_BYTES,
     PROBE_CHANNEL_OPTIONS,
-    CallError,
     EngineError,
     classify,
-    classify_code,
     describe,
     grpc_target,
     open_channel,
     tls_for,
 )
+from smg.pipeline.backends.grpc_generate import GenerateCalls
 from smg.pipeline.backends.grpc_lean import LeanChannel
-from smg.pipeline.backends.grpc_replies import ResponseNormaliser, loads_from, model_info_from
-from smg.pipeline.backends.grpc_requests import build_aborts, build_embed, build_generate
+from smg.pipeline.backends.grpc_requests import build_aborts, build_embed
 from smg.pipeline.backends.http import UpstreamError
-from smg.pipeline.engine_types import EngineEvent, EngineModelInfo, EngineRequest
+from smg.pipeline.engine_types import EngineEvent, EngineRequest
 from smg.tls import WorkerTls
 
 log = structlog.get_logger("smg.grpc")
@@ -85,8 +75,9 @@ __all__ = [
 ]
 
 
-class EngineClient:
-    """One engine: generate, health, model info, loads, abort, tokenizer chunks."""
+class EngineClient(EngineControl):
+    """One engine: generate, embed and KV events on the data plane, with the control calls of
+    `EngineControl` (health, model info, loads, abort, tokenizer chunks)."""
 
     def __init__(
         self,
@@ -101,32 +92,23 @@ class EngineClient:
         idle: IdleSweeper | None = None,
         max_response_bytes: int | None = None,
     ) -> None:
-        if runtime not in SERVICE_NAMES:
-            raise ValueError(f"unknown runtime {runtime!r}: expected 'vllm' or 'sglang'")
-        self.url = url
-        self.runtime = runtime
-        self.rpc_timeout_s = rpc_timeout_s  # each control-plane call's deadline
-        self.abort_timeout_s = abort_timeout_s
-        self._data_channel = data
-        self._probe_channel = probe
-        self._pb = PROTO_MODULES[runtime]
-        stub_class = (
-            vllm_engine_pb2_grpc.VllmEngineStub
-            if runtime == VLLM
-            else sglang_scheduler_pb2_grpc.SglangSchedulerStub
+        super().__init__(
+            url, runtime, probe, rpc_timeout_s=rpc_timeout_s, abort_timeout_s=abort_timeout_s
         )
-        self._data: Any = stub_class(data)
-        self._probe: Any = stub_class(probe)
-        self._health: Any = health_pb2_grpc.HealthStub(probe)
-        self._standard_health: bool | None = None  # None: not asked yet
+        self._data_channel = data
+        self._data: Any = stub_for(runtime, data)
         self._aborts: set[Any] = set()  # in-flight fire-and-forget Abort calls
         self._closed = False
         self._lean = lean  # None: Generate on the grpc.aio data channel
-        self._idle = idle  # the idle limit of streamed lean Generate calls (None: none)
-        self._max_response_bytes = max_response_bytes  # per lean Generate call (None: none)
-        self._generate_path = f"/{SERVICE_NAMES[runtime]}/Generate"
-        self._parse_response = self._pb.GenerateResponse.FromString
-        self.lora_ids: dict[str, str] = {}  # adapter name -> its engine id (lora_adapters)
+        self._generate = GenerateCalls(
+            url,
+            runtime,
+            self._data,
+            self._fire_abort,
+            lean=lean,
+            idle=idle,
+            max_response_bytes=max_response_bytes,
+        )
 
     @classmethod
     async def connect(
@@ -198,134 +180,7 @@ class EngineClient:
     ) -> AsyncGenerator[list[EngineEvent], None]:
         """`generate`, a list of events at a time: those of the engine messages that arrived
         together (never empty)."""
-        if self._lean is None:
-            return self._batches_of_one(req, timeout_s)
-        return self._generate_lean(self._lean, req, timeout_s)
-
-    async def _batches_of_one(
-        self, req: EngineRequest, timeout_s: float | None
-    ) -> AsyncGenerator[list[EngineEvent], None]:
-        events = self._generate_grpcio(req, timeout_s)
-        try:
-            async for event in events:
-                yield [event]
-        finally:
-            await events.aclose()
-
-    async def _generate_lean(
-        self, lean: LeanChannel, req: EngineRequest, timeout_s: float | None
-    ) -> AsyncGenerator[list[EngineEvent], None]:
-        norm = ResponseNormaliser(self.runtime, stream=req.stream, n=req.sampling.n)
-        message = build_generate(self.runtime, req).SerializeToString()
-        try:
-            call = await lean.start(
-                self._generate_path, message, timeout_s, tracing.grpc_metadata()
-            )
-        except CallError as exc:
-            raise classify_code(exc.code, exc.details, self.url, timeout_s) from exc
-        parse, feed = self._parse_response, norm.feed
-        started = False
-        ended = False  # the engine is done with the request: no Abort needed
-        # a streamed call is cut when the engine stays silent past the idle limit (a
-        # non-streamed one sends nothing until it is done: only its deadline applies)
-        idle = self._idle if req.stream else None
-        watch = idle.watch(call.expire_idle) if idle is not None else None
-        left = self._max_response_bytes  # what the call may still send us (None: no cap)
-        try:
-            while True:
-                try:
-                    messages = await call.read_batch()
-                except CallError as exc:
-                    ended = exc.code != "DEADLINE_EXCEEDED"  # an engine error ended it
-                    if norm.all_finished:
-                        return
-                    if not started:
-                        raise classify_code(exc.code, exc.details, self.url, timeout_s) from exc
-                    failed = norm.fail(f"{exc.code}: {exc.details or 'no details'}")
-                    if failed:
-                        yield list(failed)
-                    return
-                if not messages:
-                    ended = True
-                    failed = norm.fail("the engine closed the stream before finishing")
-                    if failed:
-                        yield list(failed)
-                    return
-                if watch is not None:
-                    watch.progress += 1
-                if left is not None:
-                    left -= sum(map(len, messages))
-                    if left < 0:  # a hostile engine's endless answer: cut it, as HTTP does
-                        failed = norm.fail(
-                            f"the engine's answer exceeded {self._max_response_bytes} bytes"
-                        )
-                        if failed:
-                            yield list(failed)
-                        return
-                batch: list[EngineEvent] = []
-                for m in messages:
-                    event = feed(parse(m))
-                    if event is not None:
-                        batch.append(event)
-                if batch:
-                    started = True
-                    ended = norm.all_finished
-                    if watch is None:
-                        yield batch
-                    else:  # while the consumer has the batch, the engine is not the one idle
-                        watch.busy = True
-                        yield batch
-                        watch.busy = False
-        finally:
-            if idle is not None and watch is not None:
-                idle.release(watch)
-            if not call.done():
-                if ended:
-                    call.detach()  # finished: the trailers are on their way
-                else:
-                    call.cancel()
-            if not ended:
-                self._fire_abort(req.request_id)
-
-    async def _generate_grpcio(
-        self, req: EngineRequest, timeout_s: float | None
-    ) -> AsyncGenerator[EngineEvent, None]:
-        norm = ResponseNormaliser(self.runtime, stream=req.stream, n=req.sampling.n)
-        call = self._data.Generate(
-            build_generate(self.runtime, req), timeout=timeout_s, metadata=tracing.grpc_metadata()
-        )
-        started = False
-        ended = False  # the engine is done with the request: no Abort needed
-        try:
-            while True:
-                try:
-                    response = await call.read()
-                except grpc.aio.AioRpcError as exc:
-                    deadline = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-                    ended = not deadline  # an engine error ended it; our deadline did not
-                    if norm.all_finished:
-                        return
-                    if not started:
-                        raise self._error(exc, timeout_s) from exc
-                    for failed in norm.fail(describe(exc)):
-                        yield failed
-                    return
-                if response is grpc.aio.EOF:
-                    ended = True
-                    for failed in norm.fail("the engine closed the stream before finishing"):
-                        yield failed
-                    return
-                event = norm.feed(response)
-                if event is None:
-                    continue
-                started = True
-                ended = norm.all_finished
-                yield event
-        finally:
-            if not call.done():
-                call.cancel()
-            if not ended:
-                self._fire_abort(req.request_id)
+        return self._generate.batches(req, timeout_s)
 
     def _fire_abort(self, request_id: str) -> None:
         """Send Abort and return at once: grpc.aio runs a unary call by itself; the client keeps
@@ -346,12 +201,6 @@ class EngineClient:
         # best effort: an Abort that fails (engine gone, request already over) changes nothing
         self._aborts.discard(call)
 
-    async def abort(
-        self, request_ids: Sequence[str], reason: str = "aborted by the gateway"
-    ) -> None:
-        for message in build_aborts(self.runtime, list(request_ids), reason):
-            await self._unary(self._probe.Abort, message, self.abort_timeout_s)
-
     async def embed(
         self,
         request_id: str,
@@ -365,117 +214,6 @@ class EngineClient:
         message = build_embed(self.runtime, request_id, input_ids, text, dp_rank)
         reply = await self._unary(self._data.Embed, message, timeout_s)
         return list(reply.embedding), int(reply.prompt_tokens) or len(input_ids)
-
-    # --- control plane -------------------------------------------------------------------------
-
-    async def health(self, timeout_s: float | None = None) -> bool:
-        """`grpc.health.v1.Health/Check` for the engine's service (then the server as a whole if
-        that name is unknown); the engine's own HealthCheck RPC when the standard service is not
-        there (SGLang's generates one token: give it a few seconds)."""
-        timeout = timeout_s or self.rpc_timeout_s
-        if self._standard_health is not False:
-            for service in (SERVICE_NAMES[self.runtime], ""):
-                try:
-                    answer = await self._health.Check(
-                        health_pb2.HealthCheckRequest(service=service), timeout=timeout
-                    )
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() == grpc.StatusCode.NOT_FOUND:
-                        continue
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        self._standard_health = False
-                        break
-                    return False
-                self._standard_health = True
-                return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
-        try:
-            reply = await self._probe.HealthCheck(self._pb.HealthCheckRequest(), timeout=timeout)
-        except grpc.aio.AioRpcError:
-            return False
-        return bool(reply.healthy)
-
-    async def model_info(self) -> EngineModelInfo:
-        info = await self._unary(self._probe.GetModelInfo, self._pb.GetModelInfoRequest())
-        server = None
-        if not info.max_context_length:  # SGLang may carry it in its server args only
-            try:
-                server = await self._unary(
-                    self._probe.GetServerInfo, self._pb.GetServerInfoRequest()
-                )
-            except (UpstreamError, EngineError) as exc:
-                log.debug("server_info_unavailable", url=self.url, error=str(exc))
-        return model_info_from(self.runtime, info, server)
-
-    async def dp_size(self, timeout_s: float | None = None) -> int:
-        """The engine's data-parallel ranks: vLLM's `data_parallel_size`, SGLang's server arg
-        `dp_size` (1 when it reports none)."""
-        reply = await self._unary(
-            self._probe.GetServerInfo, self._pb.GetServerInfoRequest(), timeout_s
-        )
-        if self.runtime == VLLM:
-            return max(1, int(reply.data_parallel_size))
-        size = json_format.MessageToDict(reply.server_args).get("dp_size")
-        return max(1, int(size)) if isinstance(size, int | float) else 1
-
-    async def lora_adapters(self, timeout_s: float | None = None) -> dict[str, str] | None:
-        """The engine's loaded LoRA adapters, name -> the id requests name them by (SGLang's
-        ListLoadedLoRAAdapters); None when the runtime has no such call (vLLM's contract) or the
-        engine does not implement it. Kept as `lora_ids` for the requests that follow."""
-        if self.runtime != SGLANG:
-            return None
-        try:
-            reply = await self._unary(
-                self._probe.ListLoadedLoRAAdapters,
-                sglang_scheduler_pb2.ListLoadedLoRAAdaptersRequest(),
-                timeout_s,
-            )
-        except EngineError as exc:
-            if exc.status == "UNIMPLEMENTED":
-                return None
-            raise
-        found = {a.lora_name or a.lora_id: a.lora_id or a.lora_name for a in reply.loaded_adapters}
-        self.lora_ids = found
-        return found
-
-    async def server_args(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """An SGLang engine's `GetServerInfo().server_args` as a dict (PD mode reads a prefill's
-        KV bootstrap port there). Struct numbers come back as floats."""
-        reply = await self._unary(
-            self._probe.GetServerInfo, self._pb.GetServerInfoRequest(), timeout_s
-        )
-        return json_format.MessageToDict(reply.server_args)
-
-    async def loads(self) -> dict[str, Any]:
-        """Running/waiting requests and token usage, summed over the engine's DP ranks."""
-        if self.runtime == SGLANG:
-            request = sglang_scheduler_pb2.GetLoadsRequest(include=["core"])
-        else:
-            request = vllm_engine_pb2.GetLoadsRequest()
-        return loads_from(await self._unary(self._probe.GetLoads, request))
-
-    async def flush_cache(self, timeout_s: float) -> tuple[bool, str]:
-        """FlushCache (both runtimes): the engine drops its prefix cache now (`timeout_s` 0 of
-        the engine: it refuses while requests run); (success, the engine's message)."""
-        reply = await self._unary(
-            self._probe.FlushCache, common_pb2.FlushCacheRequest(timeout_s=0.0), timeout_s
-        )
-        return bool(reply.success), str(reply.message)
-
-    async def tokenizer_chunks(self, timeout_s: float = 120.0) -> AsyncIterator[tuple[bytes, str]]:
-        """The GetTokenizer stream as (data, sha256) pairs; sha256 is set on the last only."""
-        call = self._probe.GetTokenizer(common_pb2.GetTokenizerRequest(), timeout=timeout_s)
-        try:
-            while True:
-                try:
-                    chunk = await call.read()
-                except grpc.aio.AioRpcError as exc:
-                    raise self._error(exc, timeout_s) from exc
-                if chunk is grpc.aio.EOF:
-                    return
-                yield chunk.data, chunk.sha256
-        finally:
-            if not call.done():
-                call.cancel()
 
     async def subscribe_kv_events(
         self, start_sequence_number: int = 0
@@ -524,29 +262,12 @@ class EngineClient:
         await self._data_channel.close()
         await self._probe_channel.close()
 
-    # --- helpers -------------------------------------------------------------------------------
-
-    async def _unary(self, method: Any, message: Any, timeout_s: float | None = None) -> Any:
-        timeout = timeout_s or self.rpc_timeout_s
-        try:
-            return await method(message, timeout=timeout)
-        except grpc.aio.AioRpcError as exc:
-            raise self._error(exc, timeout) from exc
-
-    def _error(self, exc: grpc.aio.AioRpcError, timeout_s: float | None) -> Exception:
-        return classify(exc, self.url, timeout_s)
-
 
 async def _detect_runtime(probe: grpc.aio.Channel, url: str, timeout_s: float) -> str:
     for runtime in DETECTION_ORDER:
-        stub_class = (
-            vllm_engine_pb2_grpc.VllmEngineStub
-            if runtime == VLLM
-            else sglang_scheduler_pb2_grpc.SglangSchedulerStub
-        )
         request = PROTO_MODULES[runtime].GetModelInfoRequest()
         try:
-            await stub_class(probe).GetModelInfo(request, timeout=timeout_s)
+            await stub_for(runtime, probe).GetModelInfo(request, timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 continue

@@ -233,3 +233,11 @@ def test_storage_latency_percentiles_and_a_memory_run() -> None:
     result = asyncio.run(storage_latency.measure(MemoryStorage(), 30))
     assert set(result) == {"put_response", "get_response", "add_item", "list_items_20"}
     assert all(0 < r["p50_us"] <= r["p99_us"] <= r["max_us"] for r in result.values())
+
+
+def test_token_path_cost_times_every_stage() -> None:
+    import token_path_cost
+
+    stages = token_path_cost._stages(200)  # each checks once that its stage did the work
+    assert set(stages) == {"h2", "parse", "render"}
+    assert all(run() > 0 for run in stages.values())

@@ -145,3 +145,16 @@ def test_completions_shape_echo_and_logprobs() -> None:
     chunks = stream(OutputShaper(sp, decode), events)
     assert all(c["object"] == "text_completion" for c in chunks)
     assert "".join(c["choices"][0]["text"] for c in chunks) == "ok"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("text", ["ok", ' "quoted" \\ back', "héllo ✓ 🙂", "line\nbreak\ttab\x01"])
+def test_plain_content_frames_are_the_generic_frames_byte_for_byte(text: str) -> None:
+    # the per-token fast path builds a content delta's frame around the encoded text only; every
+    # byte must be what the generic frame gives, for any choice index
+    shaper = OutputShaper(spec(n=3), decode)
+    for index in (0, 2):
+        first = TokenDelta(index, [ord("a")], 5, 1)
+        shaper.on_event(first)  # the role frame and the first text
+        ids = [ord(c) for c in text]
+        frames = shaper.on_event(TokenDelta(index, ids, 5, 1 + len(ids)))
+        assert frames == [shaper._frame(index, text)]

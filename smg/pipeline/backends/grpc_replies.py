@@ -125,7 +125,7 @@ class ResponseNormaliser:
             ch = self._choices[index] = _Choice()
         elif ch.done:
             return None
-        ids = list(c.token_ids)
+        ids = c.token_ids[:]  # a list (a slice of upb's container: half of list()'s cost)
         if self._cumulative:
             ch.completion = c.completion_tokens or ch.completion + len(ids)
         else:  # count the ids themselves: right whether an engine sends per-chunk or running

@@ -58,8 +58,8 @@ def parse(subkey: str) -> tuple[str, int | None] | None:
         return None
     rest = subkey[len(PREFIX) :]
     url, sep, slot = rest.rpartition("#")
-    if sep and slot.isascii() and slot.isdigit() and len(slot) <= 3 and int(slot) < SLOTS:
-        return (url, int(slot)) if url else None
+    if sep and slot.isascii() and slot.isdigit():  # a slot, in range, of a url
+        return (url, int(slot)) if url and len(slot) <= 3 and int(slot) < SLOTS else None
     return (rest, None) if rest else None
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-SLOTS = 32
-SLOT_ITEMS = 64
+SLOTS = 16
+SLOT_ITEMS = 128
 
 
 class DeltaRing:
@@ -62,7 +62,7 @@ class DeltaRing:
         half the capacity); the slots written, in writing order. An empty summary clears every
         slot still holding something."""
         if len(summary) * 2 > self.capacity:
-            raise ValueError(f"a summary of {len(summary)} items overflows a ring of {self.capacity}")
+            raise ValueError(f"{len(summary)} items overflow a ring of {self.capacity}")
         if not summary:
             return self.clear()
         current = set(summary)
@@ -98,7 +98,7 @@ class DeltaRing:
 
     def clear(self) -> dict[int, tuple[bytes, ...]]:
         """Empty every slot; the ones that held something (to be written empty)."""
-        writes = {i: () for i, items in enumerate(self._slots) if items}
+        writes: dict[int, tuple[bytes, ...]] = {i: () for i, s in enumerate(self._slots) if s}
         self._slots = [() for _ in range(self.slots)]
         self._held.clear()
         return writes

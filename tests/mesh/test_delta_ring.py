@@ -60,9 +60,13 @@ def test_a_publish_writes_only_what_is_new_plus_at_most_what_it_evicts(
             assert writes == {}  # an unchanged summary writes nothing
 
 
-def test_a_steady_stream_costs_only_the_new_items() -> None:
-    """32 new per publish, a summary of the last 1024: each publish writes the 32 new ones."""
-    ring = DeltaRing()
+@pytest.mark.parametrize(("slots", "slot_items", "cost"), [(32, 64, 32), (16, 128, 64)])
+def test_a_steady_stream_costs_the_new_items_times_lifetime_over_slots(
+    slots: int, slot_items: int, cost: int
+) -> None:
+    """32 new per publish, a summary of the last 1024 (a hash lives 32 publishes): a ring of
+    32 slots writes only the 32 new ones; one of 16 re-sends each live hash once, halfway."""
+    ring = DeltaRing(slots, slot_items)
     summary: list[bytes] = []
     costs = []
     for step in range(200):
@@ -72,7 +76,7 @@ def test_a_steady_stream_costs_only_the_new_items() -> None:
         costs.append(sum(len(items) for items in writes.values()))
         assert set(summary) <= ring.held()
         assert len(ring.held()) <= ring.capacity
-    assert costs[100:] == [32] * 100
+    assert costs[100:] == [cost] * 100
 
 
 def test_a_hot_summary_is_refreshed_a_slot_at_a_time() -> None:

@@ -178,10 +178,12 @@ def run(
             for addr in net.state:
                 publish(addr)
             fresh.append((recent[("n0", url0)][0], net.now))
+        probe_cpu = time.process_time()  # the bench's own reading, not the nodes' CPU
         for h, at in list(fresh):
             if everywhere(h):
                 freshness.append(net.now - at)
                 fresh.remove((h, at))
+        cpu0 += time.process_time() - probe_cpu
         if t >= next_probe:
             next_probe += probe_every_s
             url = f"http://probe-{probed}:8000"

@@ -14,6 +14,7 @@ from smg.mesh.cache_summary import (
     SLOT_ITEMS,
     SLOTS,
     CacheSummaries,
+    Seen,
     valid_value,
 )
 from smg.mesh.replica import Replica
@@ -42,7 +43,7 @@ def test_a_reader_that_stays_learns_deltas_and_a_late_one_converges_by_anti_entr
     a, ca = cache("a@1", 1)
     b, cb = cache("b@1", 2)
     late, clate = cache("c@1", 3)
-    seen: dict[str, bytes] = {}
+    seen = Seen()
     learned: set[bytes] = set()
     summary: list[bytes] = []
     sizes = []
@@ -146,3 +147,25 @@ def test_hours_of_publishing_and_worker_churn_keep_the_document_bounded() -> Non
     assert a.digest() == b.digest()
     got = CacheSummaries(b, b.owner).imported(exclude_owner=b.owner)
     assert set(got) == {f"http://{w}:8000" for w in live}  # the departed workers are cleared
+
+
+def test_a_reader_looks_only_at_the_keys_that_changed() -> None:
+    a, ca = cache("a@1", 1)
+    b, cb = cache("b@1", 2)
+    for i in range(8):
+        ca.publish(f"http://e{i}:8000", stream(i))
+    sync(a, b)
+    seen = Seen()
+    assert len(cb.changed(seen)) == 8  # the first call compares every key
+    v = b.version
+    ca.publish("http://e3:8000", [*stream(100), *stream(3)])
+    delta = a.take_delta()
+    assert delta is not None and b.apply(delta)
+    touched = b.changed_since(v)
+    assert touched is not None and len(touched) == 1  # one slot of one url, not all 8 x 16
+    assert cb.changed(seen) == [("http://e3:8000", stream(100))]
+    assert cb.changed(seen) == [] and b.changed_since(b.version) == set()
+    ca.retain([])  # every url left: their slots go, and the reader forgets them
+    sync(a, b)
+    assert cb.changed(seen) == [] and seen.raw == {}
+    assert b.changed_since(-5) is None  # older than what the journal knows: compare all

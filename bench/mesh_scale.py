@@ -17,10 +17,15 @@ load).
     .venv/bin/python bench/mesh_scale.py                       # n = 10 50 100, defaults
     .venv/bin/python bench/mesh_scale.py --n 10 --engines 8 --window 20
     .venv/bin/python bench/mesh_scale.py --no-cache            # workers + rate limits only
+    .venv/bin/python bench/mesh_scale.py --encoding whole delta  # before/after change 2
+
+`--encoding whole` publishes each summary whole (one 8 KB key per engine, as before issue 15's
+change 2); `delta` (the node's code) writes only the new hashes into a ring of slot keys.
 
 Reported per n: bytes/s sent per node (UDP gossip, TCP documents; mean and busiest node),
 documents' state bytes per node, propagation of a worker add (p50 / max over the probes), and
-process CPU per simulated node-second (ms), with the wall time of the run.
+process CPU per simulated node-second (ms), the hint freshness (how long until every other
+node holds a hash n0 just published: p50 / max), with the wall time of the run.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,20 +45,40 @@ from mesh import statenet
 from mesh.statenet import RateLimitSpec, StateNet
 
 from smg.mesh import cache_summary
-from smg.mesh.cache_summary import CacheSummaries
+from smg.mesh.cache_summary import PREFIX, CacheSummaries
 from smg.mesh.replica import Replica
 from smg.mesh.swim import SwimNode
 
 CACHE = "cache"
 PUBLISH_S = 1.0  # the real node's cache publish interval on the LAN profile
+WARMUP_PUBLISHES = 40  # > the summary's lifetime (1024 / 32 new per publish): a steady ring
+
+
+class WholeSummaries(CacheSummaries):
+    """The encoding before change 2: every publish replaces the whole summary (one key)."""
+
+    def publish(self, url: str, hashes: Iterable[bytes]) -> None:
+        items = cache_summary.bound(hashes)
+        if items:
+            self.replica.put(PREFIX + url, b"".join(items))
+        else:
+            self.replica.delete(PREFIX + url)
+
+
+def summary_keys(owner: str, url: str, encoding: str) -> list[str]:
+    """The document keys `owner`'s summary of `url` lives under."""
+    if encoding == "whole":
+        return [f"{owner}/{PREFIX}{url}"]
+    return [f"{owner}/{cache_summary.slot_key(url, i)}" for i in range(cache_summary.SLOTS)]
 
 
 class ScaleNet(StateNet):
     """StateNet plus the cache-summary document on every node (as smg/app/mesh.py has it)."""
 
-    def __init__(self, seed: int, with_cache: bool, **kw: object) -> None:
+    def __init__(self, seed: int, with_cache: bool, encoding: str, **kw: object) -> None:
         super().__init__(seed, **kw)  # type: ignore[arg-type]
         self.with_cache = with_cache
+        self.encoding = encoding
         self.summaries: dict[str, CacheSummaries] = {}
 
     def _started(self, addr: str, node: SwimNode) -> None:
@@ -61,7 +87,8 @@ class ScaleNet(StateNet):
             s = self.state[addr]
             replica = Replica(CACHE, self._identity, cache_summary.valid_value)
             s.replicas[CACHE] = replica  # the Replication holds this same dict
-            self.summaries[addr] = CacheSummaries(replica, s.node_id)
+            kind = WholeSummaries if self.encoding == "whole" else CacheSummaries
+            self.summaries[addr] = kind(replica, s.node_id)
 
 
 @dataclass
@@ -72,6 +99,7 @@ class Result:
     busiest_bps: float
     state_bytes: dict[str, float]
     propagation_s: list[float]
+    freshness_s: list[float]
     cpu_ms_per_node_s: float
     wall_s: float
 
@@ -89,9 +117,10 @@ def run(
     probe_every_s: float,
     with_cache: bool,
     seed: int,
+    encoding: str = "delta",
 ) -> Result:
     t_wall = time.perf_counter()
-    net = ScaleNet(seed, with_cache, rate_limit=RateLimitSpec(limit=10_000, window_s=1.0))
+    net = ScaleNet(seed, with_cache, encoding, rate_limit=RateLimitSpec(limit=10_000, window_s=1.0))
     net.cluster(n)
     if not net.run_until(statenet.CONVERGE_S * 4, lambda: statenet.all_alive(net)):
         raise SystemExit(f"n={n}: the cluster did not converge")
@@ -109,9 +138,10 @@ def run(
             del hashes[cache_summary.MAX_HASHES :]
             net.summaries[addr].publish(url, hashes)
 
-    if with_cache:  # the steady state starts with every summary full
-        for addr in net.state:
-            publish(addr)
+    if with_cache:  # the steady state: every summary full, every ring past its first round
+        for _ in range(WARMUP_PUBLISHES):
+            for addr in net.state:
+                publish(addr)
         net.run_until(net.now + 10.0)
 
     before = {k: dict(v) for k, v in net.bytes_out.items()}
@@ -120,6 +150,20 @@ def run(
     step = 1.0 / max(rps, 1.0)
     next_publish = t0
     next_probe = t0 + 1.0
+    fresh: list[tuple[bytes, float]] = []  # hashes n0 published, not yet everywhere
+    freshness: list[float] = []
+    owner0, url0 = net.state["n0"].node_id, urls[0]
+    keys0 = summary_keys(owner0, url0, encoding)
+
+    def everywhere(h: bytes) -> bool:
+        for s in net.running():
+            if s.node_id == owner0:
+                continue
+            cache = s.replicas[CACHE]
+            if not any(h in (cache.get(k) or b"") for k in keys0):
+                return False
+        return True
+
     probes: list[tuple[str, float]] = []
     probed = 0
     propagation: list[float] = []
@@ -133,6 +177,13 @@ def run(
             next_publish += PUBLISH_S
             for addr in net.state:
                 publish(addr)
+            fresh.append((recent[("n0", url0)][0], net.now))
+        probe_cpu = time.process_time()  # the bench's own reading, not the nodes' CPU
+        for h, at in list(fresh):
+            if everywhere(h):
+                freshness.append(net.now - at)
+                fresh.remove((h, at))
+        cpu0 += time.process_time() - probe_cpu
         if t >= next_probe:
             next_probe += probe_every_s
             url = f"http://probe-{probed}:8000"
@@ -164,6 +215,7 @@ def run(
         busiest_bps=max(per_node),
         state_bytes=sizes,
         propagation_s=propagation,
+        freshness_s=freshness,
         cpu_ms_per_node_s=cpu * 1000 / (n * window_s),
         wall_s=time.perf_counter() - t_wall,
     )
@@ -173,14 +225,19 @@ def _kb(x: float) -> str:
     return f"{x / 1024:,.1f}"
 
 
-def report(r: Result) -> str:
-    prop = sorted(r.propagation_s)
-    p50 = prop[len(prop) // 2] if prop else float("nan")
+def _p50_max(xs: list[float]) -> str:
+    xs = sorted(xs)
+    if not xs:
+        return "-"
+    return f"{xs[len(xs) // 2]:.2f} / {xs[-1]:.2f}"
+
+
+def report(r: Result, encoding: str) -> str:
     docs = ", ".join(f"{k} {_kb(v)}" for k, v in r.state_bytes.items())
     return (
-        f"| {r.n} | {_kb(r.udp_bps)} | {_kb(r.tcp_bps)} | {_kb(r.busiest_bps)} | {docs} | "
-        f"{p50:.2f} / {max(prop, default=float('nan')):.2f} | {r.cpu_ms_per_node_s:.1f} | "
-        f"{r.wall_s:.0f} |"
+        f"| {r.n} | {encoding} | {_kb(r.udp_bps)} | {_kb(r.tcp_bps)} | {_kb(r.busiest_bps)} | "
+        f"{docs} | {_p50_max(r.propagation_s)} | {_p50_max(r.freshness_s)} | "
+        f"{r.cpu_ms_per_node_s:.1f} | {r.wall_s:.0f} |"
     )
 
 
@@ -194,6 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-every", type=float, default=2.0)
     ap.add_argument("--no-cache", action="store_true", help="no cache summaries")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--encoding",
+        nargs="+",
+        choices=("delta", "whole"),
+        default=["delta"],
+        help="cache summaries: delta (slot ring, the node's) or whole (before change 2)",
+    )
     args = ap.parse_args(argv)
     print(
         f"engines {args.engines}, {args.rps:g} req/s per node, "
@@ -201,22 +265,25 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.window:g} simulated s, seed {args.seed}\n"
     )
     print(
-        "| nodes | UDP KB/s/node | TCP KB/s/node | busiest KB/s | documents KB/node | "
-        "add seen everywhere p50/max s | CPU ms per node-s | wall s |"
+        "| nodes | encoding | UDP KB/s/node | TCP KB/s/node | busiest KB/s | documents KB/node "
+        "| add seen everywhere p50/max s | hint everywhere p50/max s | CPU ms per node-s "
+        "| wall s |"
     )
-    print("|---:|---:|---:|---:|---|---|---:|---:|")
+    print("|---:|---|---:|---:|---:|---|---|---|---:|---:|")
     for n in args.n:
-        r = run(
-            n,
-            args.engines,
-            args.rps,
-            args.new_hashes,
-            args.window,
-            args.probe_every,
-            not args.no_cache,
-            args.seed,
-        )
-        print(report(r), flush=True)
+        for encoding in args.encoding:
+            r = run(
+                n,
+                args.engines,
+                args.rps,
+                args.new_hashes,
+                args.window,
+                args.probe_every,
+                not args.no_cache,
+                args.seed,
+                encoding,
+            )
+            print(report(r, encoding), flush=True)
     return 0
 
 

@@ -46,7 +46,7 @@ from smg.actors.messages import (
 from smg.actors.registry import DuplicateWorker
 from smg.actors.runtime import Actor, ActorRef
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell, WorkerSnapshot
-from smg.mesh.cache_summary import CacheSummaries
+from smg.mesh.cache_summary import CacheSummaries, Seen
 from smg.mesh.worker_records import HybridClock, WorkerDirectory, public_spec
 from smg.pipeline.providers import PROVIDERS
 
@@ -120,7 +120,7 @@ class MeshSyncActor(Actor):
         self.imported: set[str] = set()  # urls this node imported from the directory
         self.announced: set[str] = set()  # urls this node published as added
         self.synced: dict[str, dict[str, Any]] = {}  # url -> the directory's spec last applied
-        self._seen_summaries: dict[str, bytes] = {}  # summary key -> the bytes last imported
+        self._seen_summaries = Seen()  # summary key -> the bytes last imported
 
     async def on_start(self) -> None:
         types = (WorkerAdded, WorkerRemoved, WorkerUpdated, MeshDocumentsChanged)

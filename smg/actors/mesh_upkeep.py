@@ -128,6 +128,8 @@ class MeshUpkeep:
                     h = block_hashes(model, prefix, state.hints.secret)
                 fresh[(model, prefix)] = h
                 hashes += h
-            # an unchanged summary writes nothing (Replica.put skips equal values)
+            # only hashes new since the last publish are written (cache_summary's ring)
             self.summaries.publish(w.url, hashes)
+        if self.registry is not None:  # a worker that left: its summary slots are cleared
+            self.summaries.retain(w.url for w in self._workers())
         self._summary_hashes = fresh  # bounded by what the workers' recent lists hold

@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from pycrdt import Doc, Map, merge_updates
@@ -74,6 +75,7 @@ __all__ = [
 ]
 
 MAX_DEFERRED = 16
+MAX_JOURNAL = 4096  # (version, key) entries kept for `changed_since`
 MAX_DEFERRED_BYTES = 4 * 1024 * 1024
 
 
@@ -102,6 +104,8 @@ class Replica:
         self._decoded: dict[str, Any] | None = None
         self._decode_cache: dict[str, tuple[bytes, Any]] = {}
         self._deferred: deque[bytes] = deque()
+        # which visible keys each version changed (None: any of them), newest last, bounded
+        self._journal: deque[tuple[int, str | None]] = deque(maxlen=MAX_JOURNAL)
         self._new_doc()
 
     # --- doc lifecycle ---------------------------------------------------------------------
@@ -175,25 +179,28 @@ class Replica:
         self._view = view
         self._decoded = None
         self.version += 1
+        self._journal.append((self.version, None))
         return True
 
     def _refresh_keys(self, keys: Iterable[str]) -> None:
         """`_refresh` for an update that touched only `keys` (no generation markers): the
         check told us which, so the view need not be rebuilt from the whole document."""
-        changed = False
+        changed: list[str] = []
         for key in keys:
             raw = self._map.get(key)
             payload = payload_of(bytes(raw)) if raw is not None else b""
             if payload:
-                changed |= self._view.get(key) != payload
+                if self._view.get(key) != payload:
+                    changed.append(key)
                 self._view[key] = payload
             elif key in self._view:
                 del self._view[key]
-                changed = True
+                changed.append(key)
         self._dirty = False
         if changed:
             self._decoded = None
             self.version += 1
+            self._journal.extend((self.version, key) for key in changed)
 
     # --- local writes ----------------------------------------------------------------------
     def put(self, subkey: str, value: Any) -> None:
@@ -224,6 +231,7 @@ class Replica:
             self._view[key] = raw
         self._decoded = None
         self.version += 1
+        self._journal.append((self.version, key))
 
     # --- reads -----------------------------------------------------------------------------
     def get(self, key: str) -> Any:
@@ -250,6 +258,28 @@ class Replica:
                 del cache[k]
             self._decoded = out
         return dict(self._decoded)
+
+    def changed_since(self, version: int) -> set[str] | None:
+        """The visible keys changed (set, overwritten or gone) after `version`, or None when
+        that is no longer known (a whole refresh since, or older than the bounded journal):
+        lets a reader of a large document look at what changed instead of every key."""
+        if version == self.version:
+            return set()
+        journal = self._journal
+        if version > self.version or not journal or journal[0][0] > version:
+            return None
+        out: set[str] = set()
+        for v, key in reversed(journal):
+            if v <= version:
+                break
+            if key is None:
+                return None
+            out.add(key)
+        return out
+
+    def raw_items_view(self) -> Mapping[str, bytes]:
+        """The live view itself, read-only and valid until the next change (no copy)."""
+        return MappingProxyType(self._view)
 
     def raw_items(self) -> dict[str, bytes]:
         """Full key -> the value's encoded bytes (cheap: for spotting which items changed)."""

@@ -226,7 +226,7 @@ def test_seeded_simulation_converges_and_passes_checker() -> None:
 
 
 def test_cache_summaries_are_bounded_hashes_imported_from_others() -> None:
-    from smg.mesh.cache_summary import HASH_BYTES, MAX_HASHES, CacheSummaries, valid_value
+    from smg.mesh.cache_summary import HASH_BYTES, MAX_HASHES, CacheSummaries, Seen, valid_value
 
     a, b = rep("a@1", 1, "cache"), rep("b@1", 2, "cache")
     b.validate = a.validate = valid_value
@@ -238,4 +238,6 @@ def test_cache_summaries_are_bounded_hashes_imported_from_others() -> None:
     got = cb.imported()["u"]
     assert got == hashes[:MAX_HASHES]  # deduplicated, wrong sizes dropped, bounded
     assert ca.imported() == {"u": [b"m" * HASH_BYTES]}
-    assert cb.changed({}) == [("u", hashes[:MAX_HASHES])]
+    changed = cb.changed(Seen())  # the ring's slots, each a delta of the summary
+    assert {url for url, _ in changed} == {"u"}
+    assert sorted(h for _, hs in changed for h in hs) == hashes[:MAX_HASHES]

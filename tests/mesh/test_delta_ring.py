@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.mesh.delta_ring import DeltaRing
 
@@ -20,7 +21,7 @@ def replay(ring: DeltaRing, slots: list[tuple[bytes, ...]], summary: list[bytes]
     return sum(len(items) for items in writes.values())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(SUMMARIES, st.integers(1, 6), st.integers(1, 8))
 def test_the_union_of_the_slots_always_holds_the_summary(
     summaries: list[list[bytes]], n_slots: int, slot_items: int
@@ -39,7 +40,7 @@ def test_the_union_of_the_slots_always_holds_the_summary(
             assert held == []
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(SUMMARIES)
 def test_a_publish_writes_only_what_is_new_plus_at_most_what_it_evicts(
     summaries: list[list[bytes]],

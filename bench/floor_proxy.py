@@ -28,17 +28,13 @@ MODELS = b'{"object":"list","data":[{"id":"fake-model","object":"model"}]}'
 CHAT = b"/v1/chat/completions"
 
 
-async def serve_aiohttp(port: int, upstream: str) -> None:
-    from aiohttp import ClientSession, TCPConnector, web
-
-    session = ClientSession(connector=TCPConnector(limit=0), auto_decompress=False)
-    url = upstream + CHAT.decode()
+async def serve_app(port: int, relay: Callable[[bytes], Awaitable[tuple[int, bytes]]]) -> None:
+    """aiohttp's web server with the chat route relayed by `relay` and /v1/models from memory."""
+    from aiohttp import web
 
     async def chat(request: web.Request) -> web.Response:
-        body = await request.read()
-        async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
-            data = await r.read()
-            return web.Response(body=data, status=r.status, content_type="application/json")
+        status, data = await relay(await request.read())
+        return web.Response(body=data, status=status, content_type="application/json")
 
     async def models(_: web.Request) -> web.Response:
         return web.Response(body=MODELS, content_type="application/json")
@@ -50,6 +46,19 @@ async def serve_aiohttp(port: int, upstream: str) -> None:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     await asyncio.Event().wait()
+
+
+async def serve_aiohttp(port: int, upstream: str) -> None:
+    from aiohttp import ClientSession, TCPConnector
+
+    session = ClientSession(connector=TCPConnector(limit=0), auto_decompress=False)
+    url = upstream + CHAT.decode()
+
+    async def relay(body: bytes) -> tuple[int, bytes]:
+        async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+            return r.status, await r.read()
+
+    await serve_app(port, relay)
 
 
 def raw_upstream(upstream: str) -> Callable[[bytes], Awaitable[tuple[int, bytes]]]:
@@ -167,24 +176,7 @@ async def serve_lean(port: int, upstream: str) -> None:
 
 async def serve_aioserver(port: int, upstream: str) -> None:
     """aiohttp's web server in front of the bare httptools upstream: the server's share alone."""
-    from aiohttp import web
-
-    relay = raw_upstream(upstream)
-
-    async def chat(request: web.Request) -> web.Response:
-        status, data = await relay(await request.read())
-        return web.Response(body=data, status=status, content_type="application/json")
-
-    async def models(_: web.Request) -> web.Response:
-        return web.Response(body=MODELS, content_type="application/json")
-
-    app = web.Application()
-    app.router.add_post(CHAT.decode(), chat)
-    app.router.add_get("/v1/models", models)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    await asyncio.Event().wait()
+    await serve_app(port, raw_upstream(upstream))
 
 
 IMPLS = {

@@ -21,13 +21,10 @@ server's handler kwargs); `check_aiohttp` refuses to start on an aiohttp where t
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import inspect
-import sys
-import termios
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import aiohttp
 import structlog
@@ -41,6 +38,7 @@ from smg.api.body_budget import BodyBudget
 from smg.clock import Clock
 from smg.config import LimitsConfig
 from smg.core.conn_deadlines import ConnDeadlines, DeadlineLimits, Sample, Verdict
+from smg.edge.sockets import unsent_bytes
 
 log = structlog.get_logger("smg.edge")
 
@@ -142,6 +140,21 @@ class EdgeHandler(RequestHandler):
         self.close()
 
 
+class Watched(Protocol):
+    """A connection the guard sweeps: aiohttp's `EdgeHandler`, or the lean edge's
+    `H1Protocol` (smg/edge/protocol.py)."""
+
+    admitted: bool
+    edge_transport: asyncio.Transport | None
+    fd: int
+    deadlines: ConnDeadlines | None
+    cut: Verdict | None
+
+    def sample(self) -> Sample: ...
+    def stall_body(self) -> None: ...
+    def force_close(self) -> None: ...
+
+
 class ConnectionGuard:
     def __init__(
         self,
@@ -163,7 +176,7 @@ class ConnectionGuard:
         deadlines = (lim.header_timeout_s, lim.body_timeout_s, lim.write_timeout_s)
         on = [t for t in (*deadlines, limits.keepalive_timeout_secs) if t > 0]
         self.interval_s = min(1.0, max(0.05, min(on) / 5))  # a deadline is met within 1/5
-        self.conns: set[EdgeHandler] = set()
+        self.conns: set[Watched] = set()
         self.closed: Counter[str] = Counter()  # connections cut, by reason
         self._refusal = _canned(errors.too_many_connections(max_connections))
 
@@ -179,7 +192,7 @@ class ConnectionGuard:
 
         return make
 
-    def admit(self, h: EdgeHandler, base: asyncio.BaseTransport) -> bool:
+    def admit(self, h: Watched, base: asyncio.BaseTransport) -> bool:
         transport = cast(asyncio.Transport, base)  # uvloop's transports do not subclass asyncio's
         if self.max_connections and len(self.conns) >= self.max_connections:
             self.closed["over_limit"] += 1
@@ -194,7 +207,7 @@ class ConnectionGuard:
         self.conns.add(h)
         return True
 
-    def forget(self, h: EdgeHandler) -> None:
+    def forget(self, h: Watched) -> None:
         self.conns.discard(h)
 
     # --- the sweeper ---------------------------------------------------------------------------
@@ -214,7 +227,7 @@ class ConnectionGuard:
             if verdict is not None:
                 self._cut(h, verdict)
 
-    def _cut(self, h: EdgeHandler, verdict: Verdict) -> None:
+    def _cut(self, h: Watched, verdict: Verdict) -> None:
         tr = h.edge_transport
         if h.cut is not None or verdict is Verdict.WRITE_STALL:
             # cut before and still here (its close waits on bytes nobody reads), or a client
@@ -234,15 +247,6 @@ class ConnectionGuard:
 
     def collector(self) -> Collector:
         return _GuardCollector(self)
-
-
-def unsent_bytes(fd: int) -> int:
-    """Bytes in the socket's send queue the peer has not acknowledged (Linux SIOCOUTQ); 0 where
-    the kernel does not say."""
-    try:
-        return int.from_bytes(fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"), sys.byteorder)
-    except OSError:
-        return 0
 
 
 def _canned(err: errors.ApiError) -> bytes:

@@ -18,16 +18,40 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from smg import errors
+from smg.core.conn_deadlines import Sample
 from smg.edge.exchange import JSON, EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
 from smg.edge.h1_write import NO_REQUEST, ResponseWriter, error_bytes
+from smg.edge.sockets import unsent_bytes
+from smg.edge.target import MAX_LINE, request_target
 from smg.errors import ApiError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[EdgeRequest, EdgeResponse], Awaitable[Reply | None]]
+Native = Callable[[bytes, bytes], bool]  # (method, path): answered here?
+HandOff = Callable[[], asyncio.Protocol]  # makes the protocol a handed-over connection gets
+
+
+class Watcher(Protocol):
+    """Who else watches the connections (the gateway's connection guard): `admit` may refuse
+    one (it answers and closes it), `forget` is told when it leaves the edge."""
+
+    def admit(self, conn: Any, transport: asyncio.BaseTransport) -> bool: ...
+    def forget(self, conn: Any) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """What the edge does with requests it does not answer (see the module doc)."""
+
+    native: Native | None = None
+    handoff: HandOff | None = None
+    watcher: Watcher | None = None
 
 
 _HEADER, _IDLE = 1, 2
@@ -40,9 +64,26 @@ class H1Protocol(asyncio.Protocol):
     transport: asyncio.Transport
 
     def __init__(
-        self, handler: Handler, limits: Limits, timeouts: Timeouts, registry: set[H1Protocol]
+        self,
+        handler: Handler,
+        limits: Limits,
+        timeouts: Timeouts,
+        registry: set[H1Protocol],
+        routing: Routing = Routing(),
     ) -> None:
         self.registry = registry  # the server's open connections
+        self.routing = routing
+        self._held = b""  # a request line not yet whole, held until it can be routed
+        # what the watcher's sweeper samples (counters only: no clock read per chunk)
+        self.admitted = False
+        self.deadlines: Any = None
+        self.cut: Any = None
+        self.edge_transport: asyncio.Transport | None = None
+        self.fd = -1
+        self.rx = 0
+        self.rx_at_idle = 0
+        self.requests = 0
+        self._sent_before = 0
         self.handler = handler
         self.timeouts = timeouts
         self.loop = asyncio.get_running_loop()
@@ -67,6 +108,9 @@ class H1Protocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        watcher = self.routing.watcher
+        if watcher is not None and not watcher.admit(self, transport):
+            return  # refused (over the cap) and closed by the watcher
         self.peer = transport.get_extra_info("peername")
         self.registry.add(self)
         self._set_timer(_HEADER, self.timeouts.header)
@@ -82,9 +126,20 @@ class H1Protocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering:
             return  # closing: late input is dropped
+        self.rx += len(data)
         if self._timer_kind == _IDLE:
             self._set_timer(_HEADER, self.timeouts.header)  # the first byte of a new request
         core = self.core
+        if self.routing.native is not None and self.current is None and core.idle:
+            if self._held:
+                data, self._held = self._held + data, b""
+            target = request_target(data)
+            if target is None and len(data) < MAX_LINE:
+                self._held = data  # routed once its request line is whole
+                return
+            if target is not None and target[0] and not self.routing.native(*target):
+                self._hand_over(data)
+                return
         core.feed(data)
         if self.current is None:
             self._next()
@@ -104,6 +159,8 @@ class H1Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.registry.discard(self)
+        if self.admitted and self.routing.watcher is not None:
+            self.routing.watcher.forget(self)
         self.closing = True
         self._timer_kind = 0
         for handle in (self._timer, self._linger):
@@ -153,10 +210,44 @@ class H1Protocol(asyncio.Protocol):
     def _start(self, head: RequestHead) -> None:
         self._timer_kind = 0
         last = self.core.done and not any(type(e) is Head for e in self.core.events)
+        self._sent_before += self.response.output
         self.response = ResponseWriter(head, closing=self.closing or last)
         self.body_done = False
+        self.requests += 1
         req = self.current = EdgeRequest(self, head, self.peer)
+        native = self.routing.native
+        if native is not None and not native(head.method, head.path):
+            # parsed behind another request in one read: too late to hand the connection over
+            self.task = self.loop.create_task(self._refuse_pipelined())
+            return
         self.task = self.loop.create_task(self._run(req))
+
+    async def _refuse_pipelined(self) -> None:
+        self._fail(errors.pipelined_handoff())
+        self._finish()
+
+    def _hand_over(self, data: bytes) -> None:
+        """Give the connection, with `data` (the start of its next request), to the protocol
+        `routing.handoff` makes; this one forgets it."""
+        assert self.routing.handoff is not None
+        self._timer_kind = 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.closing = True
+        self.registry.discard(self)
+        if self.admitted and self.routing.watcher is not None:
+            self.routing.watcher.forget(self)
+            self.admitted = False
+        transport = self.transport
+        if self._read_paused:
+            self._read_paused = False
+            transport.resume_reading()
+        other = self.routing.handoff()
+        transport.set_protocol(other)
+        other.connection_made(transport)
+        if not transport.is_closing():
+            other.data_received(data)
 
     async def _run(self, req: EdgeRequest) -> None:
         resp = EdgeResponse(self)
@@ -196,6 +287,7 @@ class H1Protocol(asyncio.Protocol):
     def _finish(self) -> None:
         self.task = None
         self.current = None
+        self.rx_at_idle = self.rx
         if self._lingering or self.transport.is_closing():
             return
         if not self.response.keep_alive or self.closing:
@@ -239,6 +331,38 @@ class H1Protocol(asyncio.Protocol):
             self._read_paused = False
             transport.resume_reading()
         self._linger = self.loop.call_later(LINGER, transport.close)
+
+    # -- what a watcher's sweeper asks (smg/api/connection_guard.py) --------------------------
+
+    def sample(self) -> Sample:
+        """The counters now; what the client has taken is what was written minus what waits in
+        the transport and in the kernel's send queue."""
+        tr = self.transport
+        buffered = tr.get_write_buffer_size()
+        busy = self.current is not None
+        if self.fd >= 0 and not tr.is_closing() and (busy or buffered):
+            buffered += unsent_bytes(self.fd)
+        return Sample(
+            rx=self.rx,
+            requests=self.requests,
+            in_request=busy,
+            rx_at_idle=self.rx_at_idle,
+            reading_body=busy and self._body_waiter is not None,
+            sent=self._sent_before + self.response.output - buffered,
+            buffered=buffered,
+        )
+
+    def stall_body(self) -> None:
+        """The body stopped coming: its reader gets 408, and the connection closes after that
+        answer (the rest of the body will never be read)."""
+        self.closing = True
+        waiter = self._body_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(errors.body_timeout(self.timeouts.body))
+
+    def force_close(self) -> None:
+        self.closing = True
+        self.transport.close()  # connection_lost cancels a handler in flight
 
     # -- flow control -----------------------------------------------------------------------
 

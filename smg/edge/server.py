@@ -19,11 +19,22 @@ from smg import errors
 from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Limits
 from smg.edge.h1_write import error_bytes
-from smg.edge.protocol import H1Protocol, Handler
+from smg.edge.protocol import H1Protocol, Handler, HandOff, Native, Routing, Watcher
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EdgeRequest", "EdgeResponse", "EdgeServer", "Handler", "Limits", "Reply", "Timeouts"]
+__all__ = [
+    "EdgeRequest",
+    "EdgeResponse",
+    "EdgeServer",
+    "HandOff",
+    "Handler",
+    "Limits",
+    "Native",
+    "Reply",
+    "Timeouts",
+    "Watcher",
+]
 
 
 class EdgeServer:
@@ -36,22 +47,39 @@ class EdgeServer:
         limits: Limits = Limits(),
         timeouts: Timeouts = Timeouts(),
         max_connections: int = 10_000,
+        native: Native | None = None,
+        handoff: HandOff | None = None,
+        watcher: Watcher | None = None,
     ) -> None:
+        """With `native` and `handoff`, a request `native(method, path)` refuses, met at a
+        request boundary, takes its connection to the protocol `handoff()` makes. With a
+        `watcher` (it then caps the connections, not `max_connections`), every connection is
+        admitted by it and forgotten when it closes or is handed over."""
+        if (native is None) != (handoff is None):
+            raise ValueError("native and handoff come together")
         self.handler = handler
         self.limits = limits
         self.timeouts = timeouts
         self.max_connections = max_connections
+        self.routing = Routing(native, handoff, watcher)
         self.connections = _Connections()
         self._server: asyncio.Server | None = None
 
     def _protocol(self) -> asyncio.Protocol:
-        if len(self.connections) >= self.max_connections:
+        if self.routing.watcher is None and len(self.connections) >= self.max_connections:
             return _Refuse(self.max_connections)
-        return H1Protocol(self.handler, self.limits, self.timeouts, self.connections)
+        return H1Protocol(self.handler, self.limits, self.timeouts, self.connections, self.routing)
 
     async def start(
-        self, host: str, port: int, *, ssl: ssl.SSLContext | None = None, backlog: int = 1024
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl: ssl.SSLContext | None = None,
+        backlog: int = 1024,
+        reuse_port: bool = False,
     ) -> asyncio.Server:
+        """Listen (`reuse_port`: the port is shared with the other processes of a group)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             self._protocol,
@@ -59,6 +87,8 @@ class EdgeServer:
             port,
             ssl=ssl,
             backlog=backlog,
+            reuse_address=True,
+            reuse_port=reuse_port or None,
             # the handshake counts against the head's deadline (asyncio's default is 60 s)
             ssl_handshake_timeout=self.timeouts.header if ssl is not None else None,
         )

@@ -11,6 +11,16 @@ after `keep_alive_timeout`; a body that stalls `body_timeout` gets 408. An unexp
 from a handler becomes a 500 in OpenAI's error shape and the close; an `ApiError` is answered
 with its own status and keeps the connection if the request was read whole. A FIN from the
 client ends the connection (a handler in flight is cancelled).
+
+Hand-over (`Routing.native` and `handoff`): when bytes arrive on a connection that is idle at a
+request boundary (no request in flight, nothing queued or half-parsed), they begin a request;
+its request line is read first (held until whole, smg/edge/target.py) and, if `native(method,
+path)` says the edge does not answer it, the connection with those bytes goes to the protocol
+`handoff()` makes (`transport.set_protocol`) and is that protocol's for good. A request parsed
+while another was in flight (pipelined in one read) cannot be handed over: it gets 400
+`pipelined_handoff` and the connection closes after the earlier answers. A `watcher` (the
+gateway's connection guard) admits each connection, may refuse it, sweeps it through
+`sample` / `stall_body` / `force_close`, and is told when it leaves.
 """
 
 from __future__ import annotations

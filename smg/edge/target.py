@@ -28,7 +28,7 @@ def request_target(data: bytes) -> tuple[bytes, bytes] | None:
     sp = data.find(b" ", start, start + _MAX_METHOD + 1)
     if sp < 0:
         rest = data[start:]
-        if len(rest) > _MAX_METHOD or b"\n" in rest:
+        if len(rest) > _MAX_METHOD or (rest and not rest.isalpha()):
             return MALFORMED
         return INCOMPLETE
     method = data[start:sp]

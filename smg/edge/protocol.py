@@ -11,6 +11,15 @@ after `keep_alive_timeout`; a body that stalls `body_timeout` gets 408. An unexp
 from a handler becomes a 500 in OpenAI's error shape and the close; an `ApiError` is answered
 with its own status and keeps the connection if the request was read whole. A FIN from the
 client ends the connection (a handler in flight is cancelled).
+
+Hand-over (smg/edge/handoff.py): given `native` and `handoff`, the bytes that start a request on
+an idle connection (no request queued or partly parsed) are held until `native` can judge the
+request line; a request that is not native hands the whole connection (transport and the held
+bytes) to the protocol `handoff()` makes, and the edge forgets it. Bytes that arrive while the
+answer to the previous request is still being written are held the same way and judged once
+it is done. A non-native request parsed in the same read as an earlier one (pipelined behind
+it) cannot be handed over: it is answered 400 `pipelined_handoff` after the earlier answers,
+and the connection closes.
 """
 
 from __future__ import annotations
@@ -23,11 +32,23 @@ from smg import errors
 from smg.edge.exchange import JSON, EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
 from smg.edge.h1_write import NO_REQUEST, ResponseWriter, error_bytes
+from smg.edge.handoff import Native, Prefix, line_of
 from smg.errors import ApiError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[EdgeRequest, EdgeResponse], Awaitable[Reply | None]]
+Handoff = Callable[[], asyncio.Protocol]
+PREFIX_BOUND = 8 * 1024  # bytes held for a request line before the core judges them
+
+
+def pipelined_handoff() -> ApiError:
+    msg = (
+        "This request was pipelined behind another on the same connection and is served by "
+        "the gateway's other HTTP stack; send it on a new connection or after the previous "
+        "answer."
+    )
+    return ApiError(400, "pipelined_handoff", msg)
 
 
 _HEADER, _IDLE = 1, 2
@@ -40,9 +61,22 @@ class H1Protocol(asyncio.Protocol):
     transport: asyncio.Transport
 
     def __init__(
-        self, handler: Handler, limits: Limits, timeouts: Timeouts, registry: set[H1Protocol]
+        self,
+        handler: Handler,
+        limits: Limits,
+        timeouts: Timeouts,
+        registry: set[H1Protocol],
+        *,
+        native: Native | None = None,
+        handoff: Handoff | None = None,
     ) -> None:
         self.registry = registry  # the server's open connections
+        self.native = native if handoff is not None else None
+        self.handoff = handoff
+        bound = min(PREFIX_BOUND, limits.max_head_bytes)
+        self.prefix = Prefix(native, bound) if native is not None and handoff else None
+        self.early = b""  # the next request's first bytes, come while the answer is written
+        self.handed = False
         self.handler = handler
         self.timeouts = timeouts
         self.loop = asyncio.get_running_loop()
@@ -80,11 +114,28 @@ class H1Protocol(asyncio.Protocol):
             self.response.keep_alive = False
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering:
+        if self._lingering or self.handed:
             return  # closing: late input is dropped
         if self._timer_kind == _IDLE:
             self._set_timer(_HEADER, self.timeouts.header)  # the first byte of a new request
         core = self.core
+        prefix = self.prefix
+        if prefix is not None and not self.closing:
+            if self.early or (core.between and not core.events and not core.done):
+                if self.current is not None:  # judged once the answer in flight is done
+                    if len(self.early) + len(data) <= prefix.bound:
+                        self.early += data
+                        return
+                    data, self.early = self.early + data, b""
+                else:
+                    decision, data = prefix.add(data)
+                    if decision is None:
+                        if self._timer_kind != _HEADER:  # held after an answer: its deadline
+                            self._set_timer(_HEADER, self.timeouts.header)
+                        return
+                    if decision is False:
+                        self._hand_over(data)
+                        return
         core.feed(data)
         if self.current is None:
             self._next()
@@ -147,11 +198,19 @@ class H1Protocol(asyncio.Protocol):
                 return
             if self._timer_kind != _HEADER:  # a head's deadline runs from its first byte
                 tm = self.timeouts
-                self._set_timer(*((_HEADER, tm.header) if core.in_head else (_IDLE, tm.keep_alive)))
+                in_head = core.in_head or (self.prefix is not None and self.prefix.held)
+                self._set_timer(*((_HEADER, tm.header) if in_head else (_IDLE, tm.keep_alive)))
         self.resume_if_room()
 
     def _start(self, head: RequestHead) -> None:
         self._timer_kind = 0
+        if self.native is not None and self.native(line_of(head.method, head.path)) is False:
+            self.response = ResponseWriter(head, closing=True)
+            self.closing = True
+            err = pipelined_handoff()
+            self.transport.write(self.response.whole(err.status, JSON, err.to_json()))
+            self._close()
+            return
         last = self.core.done and not any(type(e) is Head for e in self.core.events)
         self.response = ResponseWriter(head, closing=self.closing or last)
         self.body_done = False
@@ -201,6 +260,10 @@ class H1Protocol(asyncio.Protocol):
         if not self.response.keep_alive or self.closing:
             self._close()
             return
+        if self.early:
+            early, self.early = self.early, b""
+            self.data_received(early)
+            return
         self._next()
 
     def before_head(self) -> None:
@@ -239,6 +302,25 @@ class H1Protocol(asyncio.Protocol):
             self._read_paused = False
             transport.resume_reading()
         self._linger = self.loop.call_later(LINGER, transport.close)
+
+    def _hand_over(self, data: bytes) -> None:
+        """The connection is `handoff()`'s from now on: timers off, out of the registry."""
+        self.handed = self.closing = True
+        self._timer_kind = 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.registry.discard(self)
+        transport = self.transport
+        if self._read_paused:
+            self._read_paused = False
+            transport.resume_reading()
+        assert self.handoff is not None
+        new = self.handoff()
+        transport.set_protocol(new)
+        new.connection_made(transport)
+        if data and not transport.is_closing():
+            new.data_received(data)
 
     # -- flow control -----------------------------------------------------------------------
 
@@ -288,7 +370,7 @@ class H1Protocol(asyncio.Protocol):
         if self.loop.time() < self._deadline:
             self._timer = self.loop.call_at(self._deadline, self._expired)
             return
-        if kind == _HEADER and self.core.in_head:
+        if kind == _HEADER and (self.core.in_head or (self.prefix and self.prefix.held)):
             secs = self.timeouts.header
             msg = f"The request head did not arrive within {secs:g} s"
             self._close_with(ApiError(408, "request_header_timeout", msg))

@@ -7,6 +7,11 @@
 
 A handler is `async def handler(req: EdgeRequest, resp: EdgeResponse) -> Reply | None`: return
 a `Reply` for a whole answer, or write through `resp` (start/write/end, or send) and return None.
+
+With `native` (which requests are served here; smg/edge/handoff.py's `native_routes`) and
+`handoff` (makes the protocol that takes a connection whose request is not native), one port
+serves both: see smg/edge/protocol.py's module doc. A handed-over connection leaves
+`connections`; `close` no longer waits for it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from smg import errors
 from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Limits
 from smg.edge.h1_write import error_bytes
-from smg.edge.protocol import H1Protocol, Handler
+from smg.edge.handoff import Native
+from smg.edge.protocol import H1Protocol, Handler, Handoff
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +42,14 @@ class EdgeServer:
         limits: Limits = Limits(),
         timeouts: Timeouts = Timeouts(),
         max_connections: int = 10_000,
+        native: Native | None = None,
+        handoff: Handoff | None = None,
     ) -> None:
+        if (native is None) != (handoff is None):
+            raise ValueError("native and handoff go together")
         self.handler = handler
+        self.native = native
+        self.handoff = handoff
         self.limits = limits
         self.timeouts = timeouts
         self.max_connections = max_connections
@@ -47,7 +59,14 @@ class EdgeServer:
     def _protocol(self) -> asyncio.Protocol:
         if len(self.connections) >= self.max_connections:
             return _Refuse(self.max_connections)
-        return H1Protocol(self.handler, self.limits, self.timeouts, self.connections)
+        return H1Protocol(
+            self.handler,
+            self.limits,
+            self.timeouts,
+            self.connections,
+            native=self.native,
+            handoff=self.handoff,
+        )
 
     async def start(
         self, host: str, port: int, *, ssl: ssl.SSLContext | None = None, backlog: int = 1024

@@ -20,6 +20,9 @@ answer to the previous request is still being written are held the same way and 
 it is done. A non-native request parsed in the same read as an earlier one (pipelined behind
 it) cannot be handed over: it is answered 400 `pipelined_handoff` after the earlier answers,
 and the connection closes.
+
+Watcher (smg/edge/watched.py): given one, it admits each connection (or refuses it) and is told
+when it leaves (closed or handed over); the server's own `max_connections` is then not applied.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from smg.edge.exchange import JSON, EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
 from smg.edge.h1_write import NO_REQUEST, ResponseWriter, error_bytes
 from smg.edge.handoff import Native, Prefix, line_of
+from smg.edge.watched import WatchedConnection, Watcher
 from smg.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -55,7 +59,7 @@ _HEADER, _IDLE = 1, 2
 LINGER = 2.0  # seconds a closing connection drops late input before it closes
 
 
-class H1Protocol(asyncio.Protocol):
+class H1Protocol(WatchedConnection, asyncio.Protocol):
     """One client connection; see the module doc."""
 
     transport: asyncio.Transport
@@ -69,7 +73,10 @@ class H1Protocol(asyncio.Protocol):
         *,
         native: Native | None = None,
         handoff: Handoff | None = None,
+        watcher: Watcher | None = None,
     ) -> None:
+        self._init_watched()
+        self.watcher = watcher
         self.registry = registry  # the server's open connections
         self.native = native if handoff is not None else None
         self.handoff = handoff
@@ -101,6 +108,9 @@ class H1Protocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self.watcher is not None and not self.watcher.admit(self, transport):
+            self.handed = True  # refused (the watcher closed it): not ours
+            return
         self.peer = transport.get_extra_info("peername")
         self.registry.add(self)
         self._set_timer(_HEADER, self.timeouts.header)
@@ -116,6 +126,7 @@ class H1Protocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._lingering or self.handed:
             return  # closing: late input is dropped
+        self.rx += len(data)
         if self._timer_kind == _IDLE:
             self._set_timer(_HEADER, self.timeouts.header)  # the first byte of a new request
         core = self.core
@@ -155,6 +166,8 @@ class H1Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.registry.discard(self)
+        if self.watcher is not None:
+            self.watcher.forget(self)
         self.closing = True
         self._timer_kind = 0
         for handle in (self._timer, self._linger):
@@ -204,6 +217,7 @@ class H1Protocol(asyncio.Protocol):
 
     def _start(self, head: RequestHead) -> None:
         self._timer_kind = 0
+        self.written += self.response.output
         if self.native is not None and self.native(line_of(head.method, head.path)) is False:
             self.response = ResponseWriter(head, closing=True)
             self.closing = True
@@ -215,6 +229,8 @@ class H1Protocol(asyncio.Protocol):
         self.response = ResponseWriter(head, closing=self.closing or last)
         self.body_done = False
         req = self.current = EdgeRequest(self, head, self.peer)
+        self.requests += 1
+        self.in_request = True
         self.task = self.loop.create_task(self._run(req))
 
     async def _run(self, req: EdgeRequest) -> None:
@@ -255,6 +271,8 @@ class H1Protocol(asyncio.Protocol):
     def _finish(self) -> None:
         self.task = None
         self.current = None
+        self.in_request = False
+        self.rx_at_idle = self.rx
         if self._lingering or self.transport.is_closing():
             return
         if not self.response.keep_alive or self.closing:
@@ -311,6 +329,8 @@ class H1Protocol(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         self.registry.discard(self)
+        if self.watcher is not None:
+            self.watcher.forget(self)  # the new protocol is admitted by its own (one count)
         transport = self.transport
         if self._read_paused:
             self._read_paused = False

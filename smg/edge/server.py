@@ -12,6 +12,9 @@ With `native` (which requests are served here; smg/edge/handoff.py's `native_rou
 `handoff` (makes the protocol that takes a connection whose request is not native), one port
 serves both: see smg/edge/protocol.py's module doc. A handed-over connection leaves
 `connections`; `close` no longer waits for it.
+
+With `watcher` (smg/edge/watched.py; the gateway's connection guard) each connection is admitted
+by it and counted against its cap instead of `max_connections`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from smg.edge.h1 import Limits
 from smg.edge.h1_write import error_bytes
 from smg.edge.handoff import Native
 from smg.edge.protocol import H1Protocol, Handler, Handoff
+from smg.edge.watched import Watcher
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +48,14 @@ class EdgeServer:
         max_connections: int = 10_000,
         native: Native | None = None,
         handoff: Handoff | None = None,
+        watcher: Watcher | None = None,
     ) -> None:
         if (native is None) != (handoff is None):
             raise ValueError("native and handoff go together")
         self.handler = handler
         self.native = native
         self.handoff = handoff
+        self.watcher = watcher
         self.limits = limits
         self.timeouts = timeouts
         self.max_connections = max_connections
@@ -57,7 +63,7 @@ class EdgeServer:
         self._server: asyncio.Server | None = None
 
     def _protocol(self) -> asyncio.Protocol:
-        if len(self.connections) >= self.max_connections:
+        if self.watcher is None and len(self.connections) >= self.max_connections:
             return _Refuse(self.max_connections)
         return H1Protocol(
             self.handler,
@@ -66,6 +72,7 @@ class EdgeServer:
             self.connections,
             native=self.native,
             handoff=self.handoff,
+            watcher=self.watcher,
         )
 
     async def start(

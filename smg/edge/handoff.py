@@ -13,45 +13,31 @@ decision is fed to the core, whose limits answer it (400/431) as without a hand-
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Set
 from typing import Final
 
+from smg.errors import ApiError
+
 Native = Callable[[bytes], bool | None]
 
-# bytes a request token may hold (RFC 9110 tchar): a method that breaks it is no request line
-_TCHAR: Final = frozenset(
-    b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-)
 MAX_METHOD: Final = 32
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"  # a request token's bytes (RFC 9110 tchar)
+# empty lines (skipped as llhttp does), the method, one space, the path up to `?` or a space
+_LINE = re.compile(rb"[\r\n]*(%s{1,%d}) ([^ ?\r\n]*)[ ?]" % (_TOKEN, MAX_METHOD))
+_PARTIAL = re.compile(rb"[\r\n]*(%s{0,%d}|%s{1,%d} [^ ?\r\n]*)" % ((_TOKEN, MAX_METHOD) * 2))
 MALFORMED: Final = (b"", b"")  # not the start of a request line: the core answers it (400)
+PREFIX_BOUND: Final = 8 * 1024  # bytes held for a request line before the core judges them
 
 
 def request_target(prefix: bytes) -> tuple[bytes, bytes] | None:
     """`(method, path)` from the start of a request (the path ends at `?` or a space), None while
     more bytes could still complete them, `MALFORMED` when no request line starts so. Empty lines
     before a request are skipped (as llhttp does)."""
-    start = 0
-    n = len(prefix)
-    while start < n and prefix[start] in b"\r\n":
-        start += 1
-    sp = prefix.find(b" ", start, start + MAX_METHOD + 1)
-    if sp < 0:
-        method = prefix[start : start + MAX_METHOD + 1]
-        if len(method) > MAX_METHOD or not _TCHAR.issuperset(method):
-            return MALFORMED
-        return None
-    method = prefix[start:sp]
-    if not method or not _TCHAR.issuperset(method):
-        return MALFORMED
-    end = sp + 1
-    while end < n:
-        c = prefix[end]
-        if c == 0x20 or c == 0x3F:  # " " or "?"
-            return method, prefix[sp + 1 : end]
-        if c == 0x0D or c == 0x0A:  # a line end inside the target: HTTP/0.9 or garbage
-            return MALFORMED
-        end += 1
-    return None
+    m = _LINE.match(prefix)
+    if m is not None:
+        return m.group(1), m.group(2)
+    return None if _PARTIAL.fullmatch(prefix) is not None else MALFORMED
 
 
 def native_routes(routes: Set[tuple[bytes, bytes]]) -> Native:
@@ -93,3 +79,13 @@ class Prefix:
 def line_of(method: bytes, path: bytes) -> bytes:
     """A parsed head's method and path as the prefix `native` reads."""
     return b"%s %s " % (method, path)
+
+
+def pipelined_handoff() -> ApiError:
+    """A non-native request parsed behind another in one read: it cannot be handed over."""
+    msg = (
+        "This request was pipelined behind another on the same connection and is served by "
+        "the gateway's other HTTP stack; send it on a new connection or after the previous "
+        "answer."
+    )
+    return ApiError(400, "pipelined_handoff", msg)

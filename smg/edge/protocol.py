@@ -35,7 +35,7 @@ from smg import errors
 from smg.edge.exchange import JSON, EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
 from smg.edge.h1_write import NO_REQUEST, ResponseWriter, error_bytes
-from smg.edge.handoff import Native, Prefix, line_of
+from smg.edge.handoff import PREFIX_BOUND, Native, Prefix, line_of, pipelined_handoff
 from smg.edge.watched import WatchedConnection, Watcher
 from smg.errors import ApiError
 
@@ -43,16 +43,6 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[EdgeRequest, EdgeResponse], Awaitable[Reply | None]]
 Handoff = Callable[[], asyncio.Protocol]
-PREFIX_BOUND = 8 * 1024  # bytes held for a request line before the core judges them
-
-
-def pipelined_handoff() -> ApiError:
-    msg = (
-        "This request was pipelined behind another on the same connection and is served by "
-        "the gateway's other HTTP stack; send it on a new connection or after the previous "
-        "answer."
-    )
-    return ApiError(400, "pipelined_handoff", msg)
 
 
 _HEADER, _IDLE = 1, 2
@@ -129,6 +119,9 @@ class H1Protocol(WatchedConnection, asyncio.Protocol):
         self.rx += len(data)
         if self._timer_kind == _IDLE:
             self._set_timer(_HEADER, self.timeouts.header)  # the first byte of a new request
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
         core = self.core
         prefix = self.prefix
         if prefix is not None and not self.closing:
@@ -280,7 +273,7 @@ class H1Protocol(WatchedConnection, asyncio.Protocol):
             return
         if self.early:
             early, self.early = self.early, b""
-            self.data_received(early)
+            self._take(early)
             return
         self._next()
 
@@ -336,7 +329,12 @@ class H1Protocol(WatchedConnection, asyncio.Protocol):
             self._read_paused = False
             transport.resume_reading()
         assert self.handoff is not None
-        new = self.handoff()
+        try:
+            new = self.handoff()
+        except Exception:
+            log.exception("edge: the hand-over protocol could not be made")
+            transport.abort()
+            return
         transport.set_protocol(new)
         new.connection_made(transport)
         if data and not transport.is_closing():

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 import trustme
+import uvloop
 from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -77,6 +78,29 @@ def test_any_split_gives_the_same_decision_and_bytes(
         break
     else:
         raise AssertionError("no decision on a whole request line")
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    data=st.one_of(
+        st.binary(max_size=40),
+        st.builds(
+            lambda line, tail: line + tail,
+            st.sampled_from([d for d, _ in LINES] + [b"GET /x\r\n", b"\r\nPUT /a?b"]),
+            st.binary(max_size=8),
+        ),
+        st.builds(bytes, st.lists(st.sampled_from(b"GET /?\r\n a"), max_size=24)),
+    )
+)
+def test_more_bytes_never_change_a_decision(data: bytes) -> None:
+    """Once a prefix is judged (a target or malformed), every longer one is judged the same."""
+    first = None
+    for k in range(len(data) + 1):
+        got = request_target(data[:k])
+        if first is None:
+            first = got
+        else:
+            assert got == first, (data[:k], got, first)
 
 
 def test_a_prefix_past_its_bound_is_fed_to_the_core() -> None:
@@ -236,17 +260,20 @@ async def test_a_handed_over_connection_leaves_the_registry_and_close_does_not_w
         await other_server.shutdown(1.0)
 
 
-async def test_the_hand_over_works_over_tls() -> None:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    cert.configure_cert(server_ctx)
-    client_ctx = ssl.create_default_context()
-    ca.configure_trust(client_ctx)
+async def hand_over_twice(tls: bool) -> None:
+    """A native request, then a non-native one (handed over), then one more (aiohttp's now)."""
+    server_ctx = client_ctx = None
+    if tls:
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1")
+        server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(server_ctx)
+        client_ctx = ssl.create_default_context()
+        ca.configure_trust(client_ctx)
     server, other_server = await start(server_ctx)
     try:
         reader, writer = await asyncio.open_connection(
-            "127.0.0.1", server.port, ssl=client_ctx, server_hostname="127.0.0.1"
+            "127.0.0.1", server.port, ssl=client_ctx, server_hostname="127.0.0.1" if tls else None
         )
         writer.write(request("POST", "/v1/chat/completions", b"tls"))
         assert await read_response(reader) == (200, {"edge": "/v1/chat/completions", "len": 3})
@@ -259,3 +286,15 @@ async def test_the_hand_over_works_over_tls() -> None:
     finally:
         await server.close(grace=1.0)
         await other_server.shutdown(1.0)
+
+
+async def test_the_hand_over_works_over_tls() -> None:
+    await hand_over_twice(tls=True)
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_the_hand_over_works_on_uvloop(tls: bool) -> None:
+    """The gateway runs on uvloop: its transports (TCP and TLS) take `set_protocol` too."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert isinstance(runner.get_loop(), uvloop.Loop)
+        runner.run(hand_over_twice(tls))

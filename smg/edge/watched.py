@@ -71,7 +71,9 @@ class WatchedConnection:
         self.closing = True
         waiter = self._body_waiter
         if waiter is not None and not waiter.done():
-            waiter.set_exception(errors.body_timeout(self.timeouts.body))
+            dl = self.deadlines  # the watcher's limit said so; else the edge's own
+            secs = dl.limits.body_timeout_s if dl is not None else self.timeouts.body
+            waiter.set_exception(errors.body_timeout(secs))
         else:
             self.force_close()
 

@@ -143,7 +143,7 @@ async def test_a_stalled_body_on_an_edge_connection_gets_408(one_port: OnePort) 
     status, body = await response(reader)
     error = body["error"]
     assert status == 408 and isinstance(error, dict)
-    assert error["code"] == "request_body_timeout"
+    assert error["code"] == "request_body_timeout" and "5 s" in str(error["message"])
     assert await asyncio.wait_for(reader.read(), 5) == b""  # and the connection closes
     assert one_port.guard.closed["body_timeout"] == 1
     w.close()

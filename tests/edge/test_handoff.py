@@ -128,11 +128,13 @@ async def other(request: web.BaseRequest) -> web.Response:
 NATIVE = native_routes({(b"POST", b"/v1/chat/completions"), (b"GET", b"/edge")})
 
 
-async def start(ctx: ssl.SSLContext | None = None) -> tuple[EdgeServer, web.Server]:
+async def start(
+    ctx: ssl.SSLContext | None = None, header: float = 2.0
+) -> tuple[EdgeServer, web.Server]:
     other_server = web.Server(other, handler_cancellation=True, access_log=None)
     server = EdgeServer(
         native_handler,
-        timeouts=Timeouts(header=2.0, keep_alive=5.0),
+        timeouts=Timeouts(header=header, keep_alive=5.0),
         native=NATIVE,
         handoff=other_server,
     )
@@ -214,6 +216,27 @@ async def test_a_request_line_in_one_byte_writes_still_routes(
         writer.write(rest)
         assert await read_response(reader) == (200, expect)
         writer.close()
+
+
+async def test_a_request_line_that_never_completes_gets_408() -> None:
+    server, other_server = await start(header=0.3)
+    try:
+        for first in (b"", request("GET", "/edge")):  # from the connect, or after an answer
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            if first:
+                writer.write(first)
+                assert (await read_response(reader))[0] == 200
+            writer.write(b"POST /v1/chat/comp")  # held: native() cannot tell yet
+            status, body = await read_response(reader)
+            error = body["error"]
+            assert status == 408 and isinstance(error, dict)
+            assert error["code"] == "request_header_timeout"
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            assert not other_server.connections
+            writer.close()
+    finally:
+        await server.close(grace=1.0)
+        await other_server.shutdown(1.0)
 
 
 async def test_pipelined_native_then_non_native_gets_200_then_400(

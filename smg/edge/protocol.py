@@ -35,21 +35,21 @@ from smg import errors
 from smg.edge.exchange import JSON, EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
 from smg.edge.h1_write import NO_REQUEST, ResponseWriter, error_bytes
-from smg.edge.handoff import PREFIX_BOUND, Native, Prefix, line_of, pipelined_handoff
+from smg.edge.handing import HandingOver, Handoff
+from smg.edge.handoff import Native, pipelined_handoff
 from smg.edge.watched import WatchedConnection, Watcher
 from smg.errors import ApiError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[EdgeRequest, EdgeResponse], Awaitable[Reply | None]]
-Handoff = Callable[[], asyncio.Protocol]
 
 
 _HEADER, _IDLE = 1, 2
 LINGER = 2.0  # seconds a closing connection drops late input before it closes
 
 
-class H1Protocol(WatchedConnection, asyncio.Protocol):
+class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
     """One client connection; see the module doc."""
 
     transport: asyncio.Transport
@@ -68,12 +68,7 @@ class H1Protocol(WatchedConnection, asyncio.Protocol):
         self._init_watched()
         self.watcher = watcher
         self.registry = registry  # the server's open connections
-        self.native = native if handoff is not None else None
-        self.handoff = handoff
-        bound = min(PREFIX_BOUND, limits.max_head_bytes)
-        self.prefix = Prefix(native, bound) if native is not None and handoff else None
-        self.early = b""  # the next request's first bytes, come while the answer is written
-        self.handed = False
+        self._init_handing(native, handoff, limits)
         self.handler = handler
         self.timeouts = timeouts
         self.loop = asyncio.get_running_loop()
@@ -122,24 +117,12 @@ class H1Protocol(WatchedConnection, asyncio.Protocol):
         self._take(data)
 
     def _take(self, data: bytes) -> None:
+        if self.prefix is not None:  # a hand-over is possible: route at request boundaries
+            routed = self._route(data)
+            if routed is None:
+                return
+            data = routed
         core = self.core
-        prefix = self.prefix
-        if prefix is not None and not self.closing:
-            if self.early or (core.between and not core.events and not core.done):
-                if self.current is not None:  # judged once the answer in flight is done
-                    if len(self.early) + len(data) <= prefix.bound:
-                        self.early += data
-                        return
-                    data, self.early = self.early + data, b""
-                else:
-                    decision, data = prefix.add(data)
-                    if decision is None:
-                        if self._timer_kind != _HEADER:  # held after an answer: its deadline
-                            self._set_timer(_HEADER, self.timeouts.header)
-                        return
-                    if decision is False:
-                        self._hand_over(data)
-                        return
         core.feed(data)
         if self.current is None:
             self._next()
@@ -204,14 +187,14 @@ class H1Protocol(WatchedConnection, asyncio.Protocol):
                 return
             if self._timer_kind != _HEADER:  # a head's deadline runs from its first byte
                 tm = self.timeouts
-                in_head = core.in_head or (self.prefix is not None and self.prefix.held)
+                in_head = core.in_head or self._holding()
                 self._set_timer(*((_HEADER, tm.header) if in_head else (_IDLE, tm.keep_alive)))
         self.resume_if_room()
 
     def _start(self, head: RequestHead) -> None:
         self._timer_kind = 0
         self.written += self.response.output
-        if self.native is not None and self.native(line_of(head.method, head.path)) is False:
+        if self.native is not None and self._not_native(head):
             self.response = ResponseWriter(head, closing=True)
             self.closing = True
             err = pipelined_handoff()
@@ -314,32 +297,6 @@ class H1Protocol(WatchedConnection, asyncio.Protocol):
             transport.resume_reading()
         self._linger = self.loop.call_later(LINGER, transport.close)
 
-    def _hand_over(self, data: bytes) -> None:
-        """The connection is `handoff()`'s from now on: timers off, out of the registry."""
-        self.handed = self.closing = True
-        self._timer_kind = 0
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self.registry.discard(self)
-        if self.watcher is not None:
-            self.watcher.forget(self)  # the new protocol is admitted by its own (one count)
-        transport = self.transport
-        if self._read_paused:
-            self._read_paused = False
-            transport.resume_reading()
-        assert self.handoff is not None
-        try:
-            new = self.handoff()
-        except Exception:
-            log.exception("edge: the hand-over protocol could not be made")
-            transport.abort()
-            return
-        transport.set_protocol(new)
-        new.connection_made(transport)
-        if data and not transport.is_closing():
-            new.data_received(data)
-
     # -- flow control -----------------------------------------------------------------------
 
     def resume_if_room(self) -> None:
@@ -372,6 +329,16 @@ class H1Protocol(WatchedConnection, asyncio.Protocol):
 
     # -- timers (one handle; moved by updating the deadline, re-armed only when it fires) -----
 
+    def _await_head(self) -> None:
+        if self._timer_kind != _HEADER:  # held after an answer: the head's deadline from now
+            self._set_timer(_HEADER, self.timeouts.header)
+
+    def _stop_timers(self) -> None:
+        self._timer_kind = 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def _set_timer(self, kind: int, seconds: float) -> None:
         self._timer_kind = kind
         deadline = self._deadline = self.loop.time() + seconds
@@ -388,7 +355,7 @@ class H1Protocol(WatchedConnection, asyncio.Protocol):
         if self.loop.time() < self._deadline:
             self._timer = self.loop.call_at(self._deadline, self._expired)
             return
-        if kind == _HEADER and (self.core.in_head or (self.prefix and self.prefix.held)):
+        if kind == _HEADER and (self.core.in_head or self._holding()):
             secs = self.timeouts.header
             msg = f"The request head did not arrive within {secs:g} s"
             self._close_with(ApiError(408, "request_header_timeout", msg))

@@ -27,8 +27,9 @@ from smg import errors
 from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Limits
 from smg.edge.h1_write import error_bytes
+from smg.edge.handing import Handoff
 from smg.edge.handoff import Native
-from smg.edge.protocol import H1Protocol, Handler, Handoff
+from smg.edge.protocol import H1Protocol, Handler
 from smg.edge.watched import Watcher
 
 log = logging.getLogger(__name__)

@@ -38,6 +38,7 @@ class HandingOver:
         self.prefix = Prefix(native, bound) if native is not None and on else None
         self.early = b""  # the next request's first bytes, come while the answer is written
         self.handed = False  # the connection is not ours (handed over, or refused)
+        self.native_next = False  # the next head was judged native as its line came
 
     def _await_head(self) -> None:
         """Bytes of a request line are held: its deadline runs (the protocol's timers)."""
@@ -68,13 +69,18 @@ class HandingOver:
         if decision is False:
             self._hand_over(data)
             return None
+        self.native_next = prefix.judged
         return data
 
     def _holding(self) -> bool:
         return self.prefix is not None and bool(self.prefix.held)
 
     def _not_native(self, head: RequestHead) -> bool:
-        """A parsed (so pipelined) request that is not native: it cannot be handed over."""
+        """A parsed request not judged as its line came (so pipelined) that is not native: it
+        cannot be handed over."""
+        if self.native_next:
+            self.native_next = False
+            return False
         return self.native is not None and self.native(line_of(head.method, head.path)) is False
 
     def _hand_over(self, data: bytes) -> None:

@@ -57,14 +57,16 @@ class Prefix:
     """The bytes of a request start held while `native` cannot decide; see the module doc.
 
     `add(data)` returns `(decision, held)`: None (keep holding; `held` is b""), True (serve it
-    here: feed `held` to the core) or False (hand the connection over with `held`)."""
+    here: feed `held` to the core) or False (hand the connection over with `held`). `judged`
+    says whether the last True came from `native` (not from the bound)."""
 
-    __slots__ = ("bound", "held", "native")
+    __slots__ = ("bound", "held", "judged", "native")
 
     def __init__(self, native: Native, bound: int) -> None:
         self.native = native
         self.bound = bound
         self.held = b""
+        self.judged = False
 
     def add(self, data: bytes) -> tuple[bool | None, bytes]:
         held = self.held + data if self.held else data
@@ -73,6 +75,7 @@ class Prefix:
             self.held = held
             return None, b""
         self.held = b""
+        self.judged = decision is not None
         return decision is not False, held
 
 

@@ -175,6 +175,13 @@ async def test_a_non_native_first_request_is_served_by_the_other_protocol(
     writer.write(request("POST", "/v1/chat/completions", b"{}"))  # aiohttp's for good now
     assert await read_response(reader) == (200, {"aiohttp": "/v1/chat/completions", "len": 2})
     writer.close()
+    big = request("POST", "/v1/responses", b"b" * 500_000)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    for i in range(0, len(big), 65536):  # the head and part of the body held, the rest after
+        writer.write(big[i : i + 65536])
+        await writer.drain()
+    assert await read_response(reader) == (200, {"aiohttp": "/v1/responses", "len": 500_000})
+    writer.close()
 
 
 @pytest.mark.parametrize("answered_first", [True, False])

@@ -221,16 +221,6 @@ def body_budget_timeout(size: int, seconds: float) -> ApiError:
     )
 
 
-def pipelined_handoff() -> ApiError:
-    return ApiError(
-        400,
-        "pipelined_handoff",
-        "This request was pipelined behind another on a connection whose requests are served "
-        "by a different server; send it once the earlier answers arrived, or on its own "
-        "connection.",
-    )
-
-
 def body_timeout(seconds: float) -> ApiError:
     return ApiError(
         408, "request_body_timeout", f"The request body stalled: no byte for {seconds:g} s"

@@ -88,11 +88,6 @@ class _Body:
         return self.req.body_complete()
 
 
-def serves(method: bytes, path: bytes) -> bool:
-    """Whether a request with this method and path is answered on the edge."""
-    return method == b"POST" and path in ROUTES
-
-
 class EdgeRoutes:
     def __init__(
         self,

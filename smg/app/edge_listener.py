@@ -12,12 +12,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from smg.api.connection_guard import ConnectionGuard
-from smg.api.edge_routes import EdgeRoutes, serves
+from smg.api.edge_routes import ROUTES, EdgeRoutes
 from smg.config import GatewayConfig
 from smg.edge.h1 import Limits
+from smg.edge.handoff import native_routes
 from smg.edge.server import EdgeServer, Timeouts
 
-_OFF_S = 365 * 86400.0  # a timeout the config turned off (0): the guard's sweeper has none either
+_OFF_S = 365 * 86400.0  # the edge's own timers the guard's sweeper stands for
 
 
 def edge_server(
@@ -28,16 +29,18 @@ def edge_server(
     # the routes bound a body by --max-payload-size / the body budget with their own errors;
     # the parser's cap only stops what they would never read
     max_body = max(cfg.server.max_payload_size, guard.budget.largest) + 65536
+    # The guard sweeps the edge's connections for stalled bodies and writes, and for slowloris
+    # heads (counting each cut once, in smg_http_connections_cut): the edge's body and write
+    # timers are off, its head timer is a backstop a little past the guard's (it also bounds
+    # the TLS handshake, which comes before the guard sees the connection).
+    header = lim.header_timeout_secs + 2 * guard.interval_s if lim.header_timeout_secs else _OFF_S
     return EdgeServer(
         routes.handle,
         limits=Limits(max_body=max_body),
         timeouts=Timeouts(
-            header=lim.header_timeout_secs or _OFF_S,
-            keep_alive=lim.keepalive_timeout_secs,
-            body=lim.body_timeout_secs or _OFF_S,
-            write=lim.write_timeout_secs or _OFF_S,
+            header=header, keep_alive=lim.keepalive_timeout_secs, body=_OFF_S, write=_OFF_S
         ),
-        native=serves,
+        native=native_routes({(b"POST", path) for path in ROUTES}),
         handoff=guard.factory(runner.server),
         watcher=guard,
     )

@@ -120,7 +120,7 @@ class H1Connection:
         self.queued_bytes = 0  # Body bytes not yet taken
         self.in_head = False  # a request line or header block is partly received
         self.done = False  # a ProtocolError, an upgrade or EOF: nothing more will be parsed
-        self._between = True  # the parser is at a message boundary (no partial request)
+        self.between = True  # the parser is between messages: the next byte starts a request
         self._parser = httptools.HttpRequestParser(self)
         self._error: ProtocolError | None = None
         self._reset_message()
@@ -172,11 +172,6 @@ class H1Connection:
             self.queued_heads -= 1
         return ev
 
-    @property
-    def idle(self) -> bool:
-        """Nothing queued, nothing partly parsed: the next bytes begin a new request."""
-        return self._between and not self.events and not self.done
-
     def peek(self) -> Event | None:
         return self.events[0] if self.events else None
 
@@ -197,8 +192,8 @@ class H1Connection:
     # -- httptools callbacks ------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self._between = False
         self.in_head = True
+        self.between = False
         self._raw_head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
@@ -268,7 +263,7 @@ class H1Connection:
 
     def on_message_complete(self) -> None:
         self.events.append(END)
-        self._between = True
+        self.between = True
         self._reset_message()
 
 

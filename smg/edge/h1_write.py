@@ -60,7 +60,7 @@ class ResponseWriter:
         self._remaining: int | None = None
         self.started = False
         self.finished = False
-        self.output = 0  # bytes framed so far (what the connection guard's sweeper counts)
+        self.output = 0  # bytes framed so far (what the connection guard counts as written)
         self._http10 = request.version == "1.0"
 
     def head(
@@ -92,9 +92,9 @@ class ResponseWriter:
             framing += b"Connection: keep-alive\r\n\r\n"
         else:
             framing += b"\r\n"
-        data = line + block + framing
-        self.output += len(data)
-        return data
+        out = line + block + framing
+        self.output += len(out)
+        return out
 
     def body(self, data: bytes) -> bytes:
         if not self.started or self.finished:
@@ -106,7 +106,9 @@ class ResponseWriter:
         if self._no_body or not data:
             return b""
         if self._chunked:
-            data = b"%x\r\n%s\r\n" % (len(data), data)
+            out = b"%x\r\n%s\r\n" % (len(data), data)
+            self.output += len(out)
+            return out
         self.output += len(data)
         return data
 

@@ -12,15 +12,17 @@ from a handler becomes a 500 in OpenAI's error shape and the close; an `ApiError
 with its own status and keeps the connection if the request was read whole. A FIN from the
 client ends the connection (a handler in flight is cancelled).
 
-Hand-over (`Routing.native` and `handoff`): when bytes arrive on a connection that is idle at a
-request boundary (no request in flight, nothing queued or half-parsed), they begin a request;
-its request line is read first (held until whole, smg/edge/target.py) and, if `native(method,
-path)` says the edge does not answer it, the connection with those bytes goes to the protocol
-`handoff()` makes (`transport.set_protocol`) and is that protocol's for good. A request parsed
-while another was in flight (pipelined in one read) cannot be handed over: it gets 400
-`pipelined_handoff` and the connection closes after the earlier answers. A `watcher` (the
-gateway's connection guard) admits each connection, may refuse it, sweeps it through
-`sample` / `stall_body` / `force_close`, and is told when it leaves.
+Hand-over (smg/edge/handoff.py): given `native` and `handoff`, the bytes that start a request on
+an idle connection (no request queued or partly parsed) are held until `native` can judge the
+request line; a request that is not native hands the whole connection (transport and the held
+bytes) to the protocol `handoff()` makes, and the edge forgets it. Bytes that arrive while the
+answer to the previous request is still being written are held the same way and judged once
+it is done. A non-native request parsed in the same read as an earlier one (pipelined behind
+it) cannot be handed over: it is answered 400 `pipelined_handoff` after the earlier answers,
+and the connection closes.
+
+Watcher (smg/edge/watched.py): given one, it admits each connection (or refuses it) and is told
+when it leaves (closed or handed over); the server's own `max_connections` is then not applied.
 """
 
 from __future__ import annotations
@@ -28,47 +30,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
 
 from smg import errors
-from smg.core.conn_deadlines import Sample
 from smg.edge.exchange import JSON, EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
 from smg.edge.h1_write import NO_REQUEST, ResponseWriter, error_bytes
-from smg.edge.sockets import unsent_bytes
-from smg.edge.target import MAX_LINE, request_target
+from smg.edge.handing import HandingOver, Handoff
+from smg.edge.handoff import Native, pipelined_handoff
+from smg.edge.watched import WatchedConnection, Watcher
 from smg.errors import ApiError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[EdgeRequest, EdgeResponse], Awaitable[Reply | None]]
-Native = Callable[[bytes, bytes], bool]  # (method, path): answered here?
-HandOff = Callable[[], asyncio.Protocol]  # makes the protocol a handed-over connection gets
-
-
-class Watcher(Protocol):
-    """Who else watches the connections (the gateway's connection guard): `admit` may refuse
-    one (it answers and closes it), `forget` is told when it leaves the edge."""
-
-    def admit(self, conn: Any, transport: asyncio.BaseTransport) -> bool: ...
-    def forget(self, conn: Any) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Routing:
-    """What the edge does with requests it does not answer (see the module doc)."""
-
-    native: Native | None = None
-    handoff: HandOff | None = None
-    watcher: Watcher | None = None
 
 
 _HEADER, _IDLE = 1, 2
 LINGER = 2.0  # seconds a closing connection drops late input before it closes
 
 
-class H1Protocol(asyncio.Protocol):
+class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
     """One client connection; see the module doc."""
 
     transport: asyncio.Transport
@@ -79,21 +60,15 @@ class H1Protocol(asyncio.Protocol):
         limits: Limits,
         timeouts: Timeouts,
         registry: set[H1Protocol],
-        routing: Routing = Routing(),
+        *,
+        native: Native | None = None,
+        handoff: Handoff | None = None,
+        watcher: Watcher | None = None,
     ) -> None:
+        self._init_watched()
+        self.watcher = watcher
         self.registry = registry  # the server's open connections
-        self.routing = routing
-        self._held = b""  # a request line not yet whole, held until it can be routed
-        # what the watcher's sweeper samples (counters only: no clock read per chunk)
-        self.admitted = False
-        self.deadlines: Any = None
-        self.cut: Any = None
-        self.edge_transport: asyncio.Transport | None = None
-        self.fd = -1
-        self.rx = 0
-        self.rx_at_idle = 0
-        self.requests = 0
-        self._sent_before = 0
+        self._init_handing(native, handoff, limits)
         self.handler = handler
         self.timeouts = timeouts
         self.loop = asyncio.get_running_loop()
@@ -118,9 +93,9 @@ class H1Protocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        watcher = self.routing.watcher
-        if watcher is not None and not watcher.admit(self, transport):
-            return  # refused (over the cap) and closed by the watcher
+        if self.watcher is not None and not self.watcher.admit(self, transport):
+            self.handed = True  # refused (the watcher closed it): not ours
+            return
         self.peer = transport.get_extra_info("peername")
         self.registry.add(self)
         self._set_timer(_HEADER, self.timeouts.header)
@@ -134,22 +109,20 @@ class H1Protocol(asyncio.Protocol):
             self.response.keep_alive = False
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering:
+        if self._lingering or self.handed:
             return  # closing: late input is dropped
         self.rx += len(data)
         if self._timer_kind == _IDLE:
             self._set_timer(_HEADER, self.timeouts.header)  # the first byte of a new request
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        if self.prefix is not None:  # a hand-over is possible: route at request boundaries
+            routed = self._route(data)
+            if routed is None:
+                return
+            data = routed
         core = self.core
-        if self.routing.native is not None and self.current is None and core.idle:
-            if self._held:
-                data, self._held = self._held + data, b""
-            target = request_target(data)
-            if target is None and len(data) < MAX_LINE:
-                self._held = data  # routed once its request line is whole
-                return
-            if target is not None and target[0] and not self.routing.native(*target):
-                self._hand_over(data)
-                return
         core.feed(data)
         if self.current is None:
             self._next()
@@ -169,8 +142,8 @@ class H1Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.registry.discard(self)
-        if self.admitted and self.routing.watcher is not None:
-            self.routing.watcher.forget(self)
+        if self.watcher is not None:
+            self.watcher.forget(self)
         self.closing = True
         self._timer_kind = 0
         for handle in (self._timer, self._linger):
@@ -214,50 +187,27 @@ class H1Protocol(asyncio.Protocol):
                 return
             if self._timer_kind != _HEADER:  # a head's deadline runs from its first byte
                 tm = self.timeouts
-                self._set_timer(*((_HEADER, tm.header) if core.in_head else (_IDLE, tm.keep_alive)))
+                in_head = core.in_head or self._holding()
+                self._set_timer(*((_HEADER, tm.header) if in_head else (_IDLE, tm.keep_alive)))
         self.resume_if_room()
 
     def _start(self, head: RequestHead) -> None:
         self._timer_kind = 0
+        self.written += self.response.output
+        if self.native is not None and self._not_native(head):
+            self.response = ResponseWriter(head, closing=True)
+            self.closing = True
+            err = pipelined_handoff()
+            self.transport.write(self.response.whole(err.status, JSON, err.to_json()))
+            self._close()
+            return
         last = self.core.done and not any(type(e) is Head for e in self.core.events)
-        self._sent_before += self.response.output
         self.response = ResponseWriter(head, closing=self.closing or last)
         self.body_done = False
-        self.requests += 1
         req = self.current = EdgeRequest(self, head, self.peer)
-        native = self.routing.native
-        if native is not None and not native(head.method, head.path):
-            # parsed behind another request in one read: too late to hand the connection over
-            self.task = self.loop.create_task(self._refuse_pipelined())
-            return
+        self.requests += 1
+        self.in_request = True
         self.task = self.loop.create_task(self._run(req))
-
-    async def _refuse_pipelined(self) -> None:
-        self._fail(errors.pipelined_handoff())
-        self._finish()
-
-    def _hand_over(self, data: bytes) -> None:
-        """Give the connection, with `data` (the start of its next request), to the protocol
-        `routing.handoff` makes; this one forgets it."""
-        assert self.routing.handoff is not None
-        self._timer_kind = 0
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self.closing = True
-        self.registry.discard(self)
-        if self.admitted and self.routing.watcher is not None:
-            self.routing.watcher.forget(self)
-            self.admitted = False
-        transport = self.transport
-        if self._read_paused:
-            self._read_paused = False
-            transport.resume_reading()
-        other = self.routing.handoff()
-        transport.set_protocol(other)
-        other.connection_made(transport)
-        if not transport.is_closing():
-            other.data_received(data)
 
     async def _run(self, req: EdgeRequest) -> None:
         resp = EdgeResponse(self)
@@ -297,11 +247,16 @@ class H1Protocol(asyncio.Protocol):
     def _finish(self) -> None:
         self.task = None
         self.current = None
+        self.in_request = False
         self.rx_at_idle = self.rx
         if self._lingering or self.transport.is_closing():
             return
         if not self.response.keep_alive or self.closing:
             self._close()
+            return
+        if self.early:
+            early, self.early = self.early, b""
+            self._take(early)
             return
         self._next()
 
@@ -342,38 +297,6 @@ class H1Protocol(asyncio.Protocol):
             transport.resume_reading()
         self._linger = self.loop.call_later(LINGER, transport.close)
 
-    # -- what a watcher's sweeper asks (smg/api/connection_guard.py) --------------------------
-
-    def sample(self) -> Sample:
-        """The counters now; what the client has taken is what was written minus what waits in
-        the transport and in the kernel's send queue."""
-        tr = self.transport
-        buffered = tr.get_write_buffer_size()
-        busy = self.current is not None
-        if self.fd >= 0 and not tr.is_closing() and (busy or buffered):
-            buffered += unsent_bytes(self.fd)
-        return Sample(
-            rx=self.rx,
-            requests=self.requests,
-            in_request=busy,
-            rx_at_idle=self.rx_at_idle,
-            reading_body=busy and self._body_waiter is not None,
-            sent=self._sent_before + self.response.output - buffered,
-            buffered=buffered,
-        )
-
-    def stall_body(self) -> None:
-        """The body stopped coming: its reader gets 408, and the connection closes after that
-        answer (the rest of the body will never be read)."""
-        self.closing = True
-        waiter = self._body_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(errors.body_timeout(self.timeouts.body))
-
-    def force_close(self) -> None:
-        self.closing = True
-        self.transport.close()  # connection_lost cancels a handler in flight
-
     # -- flow control -----------------------------------------------------------------------
 
     def resume_if_room(self) -> None:
@@ -406,6 +329,16 @@ class H1Protocol(asyncio.Protocol):
 
     # -- timers (one handle; moved by updating the deadline, re-armed only when it fires) -----
 
+    def _await_head(self) -> None:
+        if self._timer_kind != _HEADER:  # held after an answer: the head's deadline from now
+            self._set_timer(_HEADER, self.timeouts.header)
+
+    def _stop_timers(self) -> None:
+        self._timer_kind = 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def _set_timer(self, kind: int, seconds: float) -> None:
         self._timer_kind = kind
         deadline = self._deadline = self.loop.time() + seconds
@@ -422,7 +355,7 @@ class H1Protocol(asyncio.Protocol):
         if self.loop.time() < self._deadline:
             self._timer = self.loop.call_at(self._deadline, self._expired)
             return
-        if kind == _HEADER and self.core.in_head:
+        if kind == _HEADER and (self.core.in_head or self._holding()):
             secs = self.timeouts.header
             msg = f"The request head did not arrive within {secs:g} s"
             self._close_with(ApiError(408, "request_header_timeout", msg))

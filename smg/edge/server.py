@@ -7,6 +7,14 @@
 
 A handler is `async def handler(req: EdgeRequest, resp: EdgeResponse) -> Reply | None`: return
 a `Reply` for a whole answer, or write through `resp` (start/write/end, or send) and return None.
+
+With `native` (which requests are served here; smg/edge/handoff.py's `native_routes`) and
+`handoff` (makes the protocol that takes a connection whose request is not native), one port
+serves both: see smg/edge/protocol.py's module doc. A handed-over connection leaves
+`connections`; `close` no longer waits for it.
+
+With `watcher` (smg/edge/watched.py; the gateway's connection guard) each connection is admitted
+by it and counted against its cap instead of `max_connections`.
 """
 
 from __future__ import annotations
@@ -19,22 +27,14 @@ from smg import errors
 from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Limits
 from smg.edge.h1_write import error_bytes
-from smg.edge.protocol import H1Protocol, Handler, HandOff, Native, Routing, Watcher
+from smg.edge.handing import Handoff
+from smg.edge.handoff import Native
+from smg.edge.protocol import H1Protocol, Handler
+from smg.edge.watched import Watcher
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "EdgeRequest",
-    "EdgeResponse",
-    "EdgeServer",
-    "HandOff",
-    "Handler",
-    "Limits",
-    "Native",
-    "Reply",
-    "Timeouts",
-    "Watcher",
-]
+__all__ = ["EdgeRequest", "EdgeResponse", "EdgeServer", "Handler", "Limits", "Reply", "Timeouts"]
 
 
 class EdgeServer:
@@ -48,27 +48,33 @@ class EdgeServer:
         timeouts: Timeouts = Timeouts(),
         max_connections: int = 10_000,
         native: Native | None = None,
-        handoff: HandOff | None = None,
+        handoff: Handoff | None = None,
         watcher: Watcher | None = None,
     ) -> None:
-        """With `native` and `handoff`, a request `native(method, path)` refuses, met at a
-        request boundary, takes its connection to the protocol `handoff()` makes. With a
-        `watcher` (it then caps the connections, not `max_connections`), every connection is
-        admitted by it and forgotten when it closes or is handed over."""
         if (native is None) != (handoff is None):
-            raise ValueError("native and handoff come together")
+            raise ValueError("native and handoff go together")
         self.handler = handler
+        self.native = native
+        self.handoff = handoff
+        self.watcher = watcher
         self.limits = limits
         self.timeouts = timeouts
         self.max_connections = max_connections
-        self.routing = Routing(native, handoff, watcher)
         self.connections = _Connections()
         self._server: asyncio.Server | None = None
 
     def _protocol(self) -> asyncio.Protocol:
-        if self.routing.watcher is None and len(self.connections) >= self.max_connections:
+        if self.watcher is None and len(self.connections) >= self.max_connections:
             return _Refuse(self.max_connections)
-        return H1Protocol(self.handler, self.limits, self.timeouts, self.connections, self.routing)
+        return H1Protocol(
+            self.handler,
+            self.limits,
+            self.timeouts,
+            self.connections,
+            native=self.native,
+            handoff=self.handoff,
+            watcher=self.watcher,
+        )
 
     async def start(
         self,

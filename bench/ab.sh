@@ -91,8 +91,9 @@ fi
 
 gateway() { # name dir port extra-flags...: start `python -m smg launch` from `dir`
   local name=$1 dir=$2 port=$3; shift 3
-  # `env` execs python, so the pid measured is the gateway itself; PYTHONPATH picks the revision.
-  env PYTHONPATH="$dir" "$SMG_PYTHON" -m smg launch --host 127.0.0.1 --port "$port" \
+  # `env` execs python, so the pid measured is the gateway itself; PYTHONPATH picks the revision
+  # (PYTHONSAFEPATH: `-m` would put the working directory, maybe another checkout, first).
+  env PYTHONSAFEPATH=1 PYTHONPATH="$dir" "$SMG_PYTHON" -m smg launch --host 127.0.0.1 --port "$port" \
     --policy "${POLICY:-round_robin}" --prometheus-port 0 --log-level warn \
     --worker-urls "$UPSTREAM" "${GW_ARGS[@]}" "$@" >"$LOGDIR/ab-$name.log" 2>&1 &
   LAST=$!; PIDS+=("$LAST")

@@ -34,7 +34,7 @@ PY = sys.executable
 
 
 def _spawn(cmd: list[str], cwd: str, pythonpath: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": pythonpath}
+    env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONSAFEPATH": "1"}
     return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL)
 
 

@@ -254,7 +254,7 @@ class Cluster:
         self.model = ""
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONSAFEPATH="1")
         with open(self.logdir / f"{self.policy}-{name}.log", "wb") as log:
             p = subprocess.Popen([self.args.python, "-m", "smg", *argv], stdout=log,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

@@ -130,7 +130,8 @@ class Stack:
                 raise RuntimeError(f"{name} (pid {p.pid}) exited with {how}; see {self.logdir}")
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, PYTHONPATH=str(REPO))  # measure this checkout's smg
+        # measure this checkout's smg (PYTHONSAFEPATH: not the working directory's)
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONSAFEPATH="1")
         with open(self.logdir / f"{name}.log", "wb") as log:
             p = subprocess.Popen(
                 [self.python, "-m", "smg", *args],

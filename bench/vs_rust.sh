@@ -49,7 +49,7 @@ esac
 # makes `-m smg` load this checkout even when the venv's smg is installed from elsewhere.
 printf -v q_py '%q' "$SMG_PYTHON"
 printf -v q_repo '%q' "$REPO"
-SMG_LAUNCH="env PYTHONPATH=$q_repo $q_py -m smg launch --host 127.0.0.1 --port {port} \
+SMG_LAUNCH="env PYTHONSAFEPATH=1 PYTHONPATH=$q_repo $q_py -m smg launch --host 127.0.0.1 --port {port} \
 --policy ${OURS_POLICY:-round_robin} --prometheus-host 127.0.0.1 --prometheus-port {metrics_port} \
 --log-level ${OURS_LOG_LEVEL:-warn}"
 export OURS_CMD=${OURS_CMD:-"$SMG_LAUNCH --worker-urls {worker} ${OURS_ARGS:-}"}

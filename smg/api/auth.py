@@ -15,7 +15,7 @@ answer, and the gate refuses their requests where no key is sent and on the cont
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import structlog
@@ -95,9 +95,20 @@ class AuthGate:
         return found
 
     def decide(self, request: web.Request, cls: RouteClass) -> Principal | JwtCheck:
+        return self.decide_parts(cls, request.method, request.headers, lambda: request.remote)
+
+    def decide_parts(
+        self,
+        cls: RouteClass,
+        method: str,
+        headers: Mapping[str, str],
+        remote: Callable[[], str | None],
+    ) -> Principal | JwtCheck:
+        """`decide` from a request's parts (any edge); `remote()` is asked only when the peer's
+        address matters."""
         core = self.core
-        peer = request.remote if cls is not RouteClass.DATA or self._data_needs_peer else None
-        principal = core.decide(cls, request.method, request.headers, peer)
+        peer = remote() if cls is not RouteClass.DATA or self._data_needs_peer else None
+        principal = core.decide(cls, method, headers, peer)
         if (
             core.allow_unauthenticated
             and isinstance(principal, Principal)
@@ -125,7 +136,9 @@ class AuthGate:
 
     # --- CORS -------------------------------------------------------------------------------------
     def allowed_origin(self, request: web.BaseRequest) -> str | None:
-        origin = request.headers.get("Origin")
+        return self.origin_allowed(request.headers.get("Origin"))
+
+    def origin_allowed(self, origin: str | None) -> str | None:
         if origin is not None and origin.rstrip("/").lower() in self.core.cors_origins:
             return origin
         return None
@@ -148,7 +161,11 @@ class AuthGate:
         )
 
     async def _cors_headers(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
-        origin = self.allowed_origin(request)
+        self.add_cors(request.headers.get("Origin"), response)
+
+    def add_cors(self, origin: str | None, response: web.StreamResponse) -> None:
+        """The CORS headers on `response` when `origin` is an allowed one (any edge)."""
+        origin = self.origin_allowed(origin)
         if origin is not None:
             response.headers["Access-Control-Allow-Origin"] = origin
             response.headers["Access-Control-Expose-Headers"] = "X-Request-Id, X-SMG-Error-Code"

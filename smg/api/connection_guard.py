@@ -14,6 +14,11 @@
 - the request-body budget (`smg/api/body_budget.py`): `requests.read_body` takes a body's bytes
   before reading it and the handler gives them back when the response has ended.
 
+It also watches the lean edge's connections (smg/edge; pass the guard as
+`EdgeServer(watcher=guard)`): they are admitted, counted against the same cap, swept and cut
+alike (`Guarded` is what both kinds offer). A connection the edge hands over to aiohttp leaves
+the guard as an edge connection and comes back as an `EdgeHandler`: counted once.
+
 Written against aiohttp 3.10-3.14's `RequestHandler` (its `_handle_request` coroutine and the
 server's handler kwargs); `check_aiohttp` refuses to start on an aiohttp where they changed.
 """
@@ -21,13 +26,10 @@ server's handler kwargs); `check_aiohttp` refuses to start on an aiohttp where t
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import inspect
-import sys
-import termios
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import aiohttp
 import structlog
@@ -41,12 +43,27 @@ from smg.api.body_budget import BodyBudget
 from smg.clock import Clock
 from smg.config import LimitsConfig
 from smg.core.conn_deadlines import ConnDeadlines, DeadlineLimits, Sample, Verdict
+from smg.edge.watched import buffered_bytes
 
 log = structlog.get_logger("smg.edge")
 
 
 class BodyStalled(Exception):
     """Set on a request's payload by the sweeper: the body brought no byte in time."""
+
+
+class Guarded(Protocol):
+    """What the guard needs of a connection: aiohttp's `EdgeHandler` or the edge's protocol."""
+
+    admitted: bool
+    edge_transport: asyncio.Transport | None
+    fd: int
+    deadlines: ConnDeadlines | None
+    cut: Verdict | None
+
+    def sample(self) -> Sample: ...
+    def stall_body(self) -> None: ...
+    def force_close(self) -> None: ...
 
 
 class EdgeHandler(RequestHandler):
@@ -115,12 +132,7 @@ class EdgeHandler(RequestHandler):
         """The counters now. What the client has taken is what was written minus what still
         waits in the transport and in the kernel's send queue (the kernel's send buffer holds
         megabytes: a client that stops reading is seen only once its window is closed)."""
-        tr = self.edge_transport
-        buffered = 0
-        if tr is not None:
-            buffered = tr.get_write_buffer_size()
-            if self.fd >= 0 and not tr.is_closing() and (self.in_request or buffered):
-                buffered += unsent_bytes(self.fd)
+        buffered = buffered_bytes(self.edge_transport, self.fd, self.in_request)
         written = self.writer.output_size if self.writer is not None else 0
         return Sample(
             rx=self.rx,
@@ -163,7 +175,7 @@ class ConnectionGuard:
         deadlines = (lim.header_timeout_s, lim.body_timeout_s, lim.write_timeout_s)
         on = [t for t in (*deadlines, limits.keepalive_timeout_secs) if t > 0]
         self.interval_s = min(1.0, max(0.05, min(on) / 5))  # a deadline is met within 1/5
-        self.conns: set[EdgeHandler] = set()
+        self.conns: set[Guarded] = set()
         self.closed: Counter[str] = Counter()  # connections cut, by reason
         self._refusal = _canned(errors.too_many_connections(max_connections))
 
@@ -179,7 +191,7 @@ class ConnectionGuard:
 
         return make
 
-    def admit(self, h: EdgeHandler, base: asyncio.BaseTransport) -> bool:
+    def admit(self, h: Guarded, base: asyncio.BaseTransport) -> bool:
         transport = cast(asyncio.Transport, base)  # uvloop's transports do not subclass asyncio's
         if self.max_connections and len(self.conns) >= self.max_connections:
             self.closed["over_limit"] += 1
@@ -194,7 +206,7 @@ class ConnectionGuard:
         self.conns.add(h)
         return True
 
-    def forget(self, h: EdgeHandler) -> None:
+    def forget(self, h: Guarded) -> None:
         self.conns.discard(h)
 
     # --- the sweeper ---------------------------------------------------------------------------
@@ -214,7 +226,7 @@ class ConnectionGuard:
             if verdict is not None:
                 self._cut(h, verdict)
 
-    def _cut(self, h: EdgeHandler, verdict: Verdict) -> None:
+    def _cut(self, h: Guarded, verdict: Verdict) -> None:
         tr = h.edge_transport
         if h.cut is not None or verdict is Verdict.WRITE_STALL:
             # cut before and still here (its close waits on bytes nobody reads), or a client
@@ -234,15 +246,6 @@ class ConnectionGuard:
 
     def collector(self) -> Collector:
         return _GuardCollector(self)
-
-
-def unsent_bytes(fd: int) -> int:
-    """Bytes in the socket's send queue the peer has not acknowledged (Linux SIOCOUTQ); 0 where
-    the kernel does not say."""
-    try:
-        return int.from_bytes(fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"), sys.byteorder)
-    except OSError:
-        return 0
 
 
 def _canned(err: errors.ApiError) -> bytes:

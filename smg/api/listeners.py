@@ -1,5 +1,6 @@
-"""The gateway's listeners: the client-facing one (`start_site`, its protocols made by the
-connection guard), the Prometheus `/metrics` one, and the port a site actually bound."""
+"""The gateway's aiohttp listeners: `start_site` (a site whose protocols the connection guard
+makes; the data port itself is smg/edge's, smg/app/edge_listener.py), the Prometheus
+`/metrics` one, and the port a site actually bound."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ and not logged.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -185,8 +185,15 @@ def traced(request: web.Request) -> Iterator[Any]:
     into the log context. Attributes: route and method only (never headers or bodies)."""
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "other"
-    attributes = {"http.route": route, "http.request.method": request.method}
-    with tracing.server_span(f"{request.method} {route}", request.headers, attributes) as span:
+    with traced_route(request.method, route, request.headers) as span:
+        yield span
+
+
+@contextmanager
+def traced_route(method: str, route: str, headers: Mapping[str, str]) -> Iterator[Any]:
+    """`traced` from the request's method, canonical route and headers (any edge)."""
+    attributes = {"http.route": route, "http.request.method": method}
+    with tracing.server_span(f"{method} {route}", headers, attributes) as span:
         trace_id, _ = tracing.ids(span)
         bound = structlog.contextvars.bind_contextvars(trace_id=trace_id)
         try:

@@ -42,18 +42,30 @@ def caller_of(request: web.Request) -> str:
 def rate_limit_middleware(
     limiter: ClusterRateLimiter, wall: Callable[[], float], live_nodes: Callable[[], int]
 ) -> Any:
+    check = rate_check(limiter, wall, live_nodes)
+
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method == "POST" and request.path in INFERENCE_PATHS:
-            caller = caller_of(request)
-            now = wall()  # windows must line up across hosts: wall time, not monotonic
-            if not limiter.try_acquire(caller, now, live_nodes()):
-                wait = limiter.retry_after_s(caller, now)
-                raise errors.ApiError(
-                    429,
-                    "rate_limit_exceeded",
-                    f"Rate limit exceeded for this caller; retry in {wait:.1f} s",
-                )
+            check(caller_of(request))
         return await handler(request)
 
     return middleware
+
+
+def rate_check(
+    limiter: ClusterRateLimiter, wall: Callable[[], float], live_nodes: Callable[[], int]
+) -> Callable[[str], None]:
+    """What both edges ask before an inference request runs: 429 for a caller over its rate."""
+
+    def check(caller: str) -> None:
+        now = wall()  # windows must line up across hosts: wall time, not monotonic
+        if not limiter.try_acquire(caller, now, live_nodes()):
+            wait = limiter.retry_after_s(caller, now)
+            raise errors.ApiError(
+                429,
+                "rate_limit_exceeded",
+                f"Rate limit exceeded for this caller; retry in {wait:.1f} s",
+            )
+
+    return check

@@ -9,13 +9,14 @@ from __future__ import annotations
 import io
 import itertools
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import orjson
-from aiohttp import StreamReader, web
+from aiohttp import web
 
 from smg import errors
-from smg.api.connection_guard import BodyStalled, EdgeHandler
+from smg.api.connection_guard import BodyStalled, ConnectionGuard, EdgeHandler
 from smg.core.auth_keys import Principal
 from smg.flow.request import Kind, Request
 from smg.pipeline.engine_types import SamplingParams
@@ -32,7 +33,11 @@ def new_request_id() -> str:
 
 def request_id_of(request: web.BaseRequest) -> str | None:
     """The first client request-id header present, when it is 1-128 visible ASCII characters."""
-    headers = request.headers
+    return request_id_in(request.headers)
+
+
+def request_id_in(headers: Mapping[str, str]) -> str | None:
+    """`request_id_of` from the headers alone (the lean edge has no aiohttp request)."""
     for name in _ID_HEADERS:
         rid = headers.get(name)
         if rid is not None:
@@ -49,8 +54,13 @@ def engine_request_id(request: web.BaseRequest, prefix: str) -> str:
     """The id engines and workers get for this request: always one the gateway made. When the
     client sent no id of its own, the one the edge made for it (`request["request_id"]`) is
     reused, so logs, headers and the engine agree; otherwise a fresh `<prefix><boot>-<n>`."""
-    if request_id_of(request) is None:
-        rid: str = request["request_id"]
+    rid: str = request["request_id"]
+    return engine_id_for(request.headers, rid, prefix)
+
+
+def engine_id_for(headers: Mapping[str, str], rid: str, prefix: str) -> str:
+    """`engine_request_id` from the headers and the edge's request id `rid`."""
+    if request_id_in(headers) is None:
         return rid
     return f"{prefix}{new_request_id()}"
 
@@ -68,7 +78,34 @@ def flow_request(
     """The typed request the flow runs, from a checked body; `path`: where an HTTP worker gets
     it (the endpoint's own path)."""
     principal: Principal | None = request.get("principal")
-    headers = request.headers
+    return build_request(
+        request.headers,
+        principal,
+        request["request_id"],
+        kind,
+        path,
+        raw,
+        body,
+        model,
+        sampling,
+        engine_id_prefix,
+    )
+
+
+def build_request(
+    headers: Mapping[str, str],
+    principal: Principal | None,
+    rid: str,
+    kind: Kind,
+    path: str,
+    raw: bytes,
+    body: dict[str, Any],
+    model: str,
+    sampling: SamplingParams | None,
+    engine_id_prefix: str,
+) -> Request:
+    """`flow_request` from the parts any edge has: the client's headers, the principal the gate
+    admitted and the request id the edge settled on."""
     return Request(
         kind,
         model,
@@ -79,8 +116,8 @@ def flow_request(
         sampling,
         headers,
         headers.get(ROUTING_KEY_HEADER),
-        request["request_id"],
-        engine_request_id(request, engine_id_prefix),
+        rid,
+        engine_id_for(headers, rid, engine_id_prefix),
         None if principal is None else principal.tenant,
     )
 
@@ -103,6 +140,29 @@ async def read_body(request: web.BaseRequest, limit: int) -> bytes:
         if raw is None:
             raise errors.payload_too_large(limit)
         return raw
+    return await read_budgeted(edge, request.content, length, limit)
+
+
+class BodyContent(Protocol):
+    """What the readers take of a body: aiohttp's `StreamReader`, or the lean edge's."""
+
+    async def readany(self) -> bytes: ...
+    def at_eof(self) -> bool: ...
+
+
+class BodyHolder(Protocol):
+    """Who holds a body's budget grant (`held`, released when the request ends) and the reader
+    the sweeper may wake: aiohttp's `EdgeHandler`, or the lean edge's per-request holder."""
+
+    guard: ConnectionGuard
+    held: int
+    body_reader: Any
+
+
+async def read_budgeted(
+    edge: BodyHolder, content: BodyContent, length: int | None, limit: int
+) -> bytes:
+    """`read_body` past its Content-Length check, under the listener's body budget."""
     budget = edge.guard.budget
     if length is not None and length > budget.largest:
         raise errors.body_over_budget(budget.core.capacity, budget.largest, size=length)
@@ -110,7 +170,7 @@ async def read_body(request: web.BaseRequest, limit: int) -> bytes:
     if over_budget:
         limit = budget.largest
     try:
-        raw = await _read_held(edge, request.content, length, limit)
+        raw = await _read_held(edge, content, length, limit)
     except BodyStalled:
         raise errors.body_timeout(edge.guard.limits.body_timeout_s) from None
     finally:
@@ -126,7 +186,7 @@ async def read_body(request: web.BaseRequest, limit: int) -> bytes:
 
 
 async def _read_held(
-    edge: EdgeHandler, content: StreamReader, length: int | None, limit: int
+    edge: BodyHolder, content: BodyContent, length: int | None, limit: int
 ) -> bytes | None:
     """Read the body under a budget grant `edge.held` (released when the request ends)."""
     budget = edge.guard.budget
@@ -160,7 +220,7 @@ async def _read_held(
     return None
 
 
-async def _read(content: StreamReader, limit: int) -> bytes | None:
+async def _read(content: BodyContent, limit: int) -> bytes | None:
     """The body, or None once it passes `limit`. Most bodies come in one chunk, returned as it
     is; longer ones go through one buffer (`_read_into`)."""
     first = await content.readany()
@@ -176,7 +236,7 @@ async def _read(content: StreamReader, limit: int) -> bytes | None:
     return None
 
 
-async def _read_into(content: StreamReader, buf: io.BytesIO, limit: int) -> bool:
+async def _read_into(content: BodyContent, buf: io.BytesIO, limit: int) -> bool:
     """Read into `buf` until the body ends (True) or `buf` holds more than `limit` bytes (False).
 
     Chunks are copied into one growing buffer and dropped at once (chunks kept for a join at the

@@ -38,8 +38,9 @@ from smg.api.admin_routes import AdminRoutes
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
 from smg.api.conversations_routes import ConversationsRoutes
+from smg.api.edge_routes import EdgeRoutes
 from smg.api.engine_metrics import EngineMetrics
-from smg.api.listeners import bound_port, open_file_limit, start_metrics, start_site
+from smg.api.listeners import BACKLOG, open_file_limit, start_metrics
 from smg.api.messages_routes import MessagesRoutes
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
@@ -50,6 +51,7 @@ from smg.api.responses_routes import ResponsesRoutes
 from smg.api.scoring_routes import ScoringRoutes
 from smg.app.actors import CoreActors
 from smg.app.discovery import start_discovery, with_discovery
+from smg.app.edge_listener import edge_server
 from smg.app.flow import build_flow
 from smg.app.mesh import GatewayMesh
 from smg.app.metered_storage import metered
@@ -76,6 +78,7 @@ from smg.config import (
 )
 from smg.core.health import HealthStatus
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
+from smg.edge.server import EdgeServer
 from smg.flow.admission import Admission
 from smg.flow.inflight import InFlight
 from smg.flow.serve import Flow
@@ -101,6 +104,7 @@ log = structlog.get_logger("smg.gateway")
 # client still sends for this long, so the client sees the answer instead of a reset; short, as
 # a sender of an endless body holds its connection (and our CPU) that long.
 _LINGER_S = 2.0
+_EDGE_CLOSE_S = 1.0  # the listener's close after the drain: idle connections, late answers
 FIRST_CHECKS_WAIT_S = 10.0  # --workers N: a process waits this long for its workers' first checks
 FIRST_CHECKS_POLL_S = 0.05
 _FLUSH_WORKER_TIMEOUT_S = 10.0  # one worker's /flush_cache (the fan-out has its own limit)
@@ -400,11 +404,21 @@ class Gateway:
             lingering_time=_LINGER_S,
         )
         await web_runner.setup()
+        routes = EdgeRoutes(
+            flow=flow,
+            gate=self.auth,
+            metrics=self.metrics,
+            admission=self.admission,
+            guard=self.guard,
+            max_payload=cfg.server.max_payload_size,
+            rate_check=self.mesh.rate_check(),
+        )
+        edge = edge_server(cfg, routes, self.guard, web_runner)
         metrics_runner: web.AppRunner | None = None
         try:
             if self.reuse_port:
                 await self._first_checks()
-            metrics_runner = await self._listen(web_runner)
+            metrics_runner = await self._listen(edge)
             self.started.set()
             # Everything built at start-up lives as long as the process: keep it out of the
             # collector's generations so the per-request garbage is all it scans.
@@ -419,7 +433,8 @@ class Gateway:
                 finally:
                     sweeper.cancel()
         finally:
-            await web_runner.cleanup()
+            await edge.close(_EDGE_CLOSE_S)  # drained: what is left is idle or cut
+            await web_runner.cleanup()  # and the connections handed to aiohttp
             if metrics_runner is not None:
                 await metrics_runner.cleanup()
 
@@ -434,20 +449,17 @@ class Gateway:
         ):
             await self.clock.sleep(FIRST_CHECKS_POLL_S)
 
-    async def _listen(self, web_runner: web.AppRunner) -> web.AppRunner | None:
+    async def _listen(self, edge: EdgeServer) -> web.AppRunner | None:
         """Open the client listener and the metrics one; the metrics runner, if any."""
         cfg = self.cfg
-        assert web_runner.server is not None
-        site = await start_site(
-            web_runner,
+        await edge.start(
             cfg.server.host,
             cfg.server.port,
-            protocol_factory=self.guard.factory(web_runner.server),
-            handshake_timeout_s=cfg.limits.header_timeout_secs or None,
-            ssl_context=self.tls.server,
+            ssl=self.tls.server,
+            backlog=BACKLOG,
             reuse_port=self.reuse_port,
         )
-        self.bound_port = bound_port(site)
+        self.bound_port = edge.port
         gate = [metrics_middleware(self.auth)]  # /metrics: a control-plane credential, any role
         metrics = await start_metrics(
             cfg.observability,

@@ -35,7 +35,7 @@ from smg.actors.mesh_upkeep import MeshUpkeep
 from smg.actors.runtime import ActorRef
 from smg.actors.supervisor import ChildSpec, Supervisor
 from smg.api.mesh_routes import MeshCollector, MeshRoutes
-from smg.api.rate_limiting import rate_limit_middleware
+from smg.api.rate_limiting import rate_check, rate_limit_middleware
 from smg.clock import Clock
 from smg.config import ConfigError, GatewayConfig, MeshNodeConfig
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
@@ -259,6 +259,12 @@ class GatewayMesh:
         if self.limiter is None:
             return []
         return [rate_limit_middleware(self.limiter, self.wall, lambda: self.view.value.live_nodes)]
+
+    def rate_check(self) -> Callable[[str], None] | None:
+        """The lean edge's rate limit (the middleware's check), None without a limit."""
+        if self.limiter is None:
+            return None
+        return rate_check(self.limiter, self.wall, lambda: self.view.value.live_nodes)
 
     def install(self, app: web.Application) -> None:
         if self.enabled:

@@ -85,6 +85,11 @@ class EdgeRequest:
                 conn.transport.write(_CONTINUE)
             await conn.wait_body()
 
+    def body_complete(self) -> bool:
+        """Whether the body has ended or its end is the next event (no more bytes will come)."""
+        conn = self._conn
+        return conn.body_done or type(conn.core.peek()) is End
+
     async def read(self) -> bytes:
         """The whole body (bounded by the core's `max_body`)."""
         first = await self.read_chunk()

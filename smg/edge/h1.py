@@ -120,6 +120,7 @@ class H1Connection:
         self.queued_bytes = 0  # Body bytes not yet taken
         self.in_head = False  # a request line or header block is partly received
         self.done = False  # a ProtocolError, an upgrade or EOF: nothing more will be parsed
+        self.between = True  # the parser is between messages: the next byte starts a request
         self._parser = httptools.HttpRequestParser(self)
         self._error: ProtocolError | None = None
         self._reset_message()
@@ -192,6 +193,7 @@ class H1Connection:
 
     def on_message_begin(self) -> None:
         self.in_head = True
+        self.between = False
         self._raw_head_bytes = 0
 
     def on_url(self, url: bytes) -> None:
@@ -261,6 +263,7 @@ class H1Connection:
 
     def on_message_complete(self) -> None:
         self.events.append(END)
+        self.between = True
         self._reset_message()
 
 

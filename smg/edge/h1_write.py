@@ -49,6 +49,7 @@ class ResponseWriter:
         "_remaining",
         "finished",
         "keep_alive",
+        "output",
         "started",
     )
 
@@ -59,6 +60,7 @@ class ResponseWriter:
         self._remaining: int | None = None
         self.started = False
         self.finished = False
+        self.output = 0  # bytes framed so far (what the connection guard counts as written)
         self._http10 = request.version == "1.0"
 
     def head(
@@ -90,7 +92,9 @@ class ResponseWriter:
             framing += b"Connection: keep-alive\r\n\r\n"
         else:
             framing += b"\r\n"
-        return line + block + framing
+        out = line + block + framing
+        self.output += len(out)
+        return out
 
     def body(self, data: bytes) -> bytes:
         if not self.started or self.finished:
@@ -102,7 +106,10 @@ class ResponseWriter:
         if self._no_body or not data:
             return b""
         if self._chunked:
-            return b"%x\r\n%s\r\n" % (len(data), data)
+            out = b"%x\r\n%s\r\n" % (len(data), data)
+            self.output += len(out)
+            return out
+        self.output += len(data)
         return data
 
     def end(self) -> bytes:
@@ -113,6 +120,7 @@ class ResponseWriter:
             self.keep_alive = False  # short of its Content-Length: only a close can say so
             return b""
         if self._chunked and not self._no_body:
+            self.output += 5
             return b"0\r\n\r\n"
         return b""
 
@@ -125,7 +133,10 @@ class ResponseWriter:
         """Head, body and end in one buffer (one write for a whole response)."""
         data = self.head(status, headers, len(body))
         self.finished = True
-        return data if self._no_body else data + body
+        if self._no_body:
+            return data
+        self.output += len(body)
+        return data + body
 
 
 NO_REQUEST = RequestHead(b"GET", b"/", "1.1", [], False, False, None)  # before any request

@@ -11,6 +11,18 @@ after `keep_alive_timeout`; a body that stalls `body_timeout` gets 408. An unexp
 from a handler becomes a 500 in OpenAI's error shape and the close; an `ApiError` is answered
 with its own status and keeps the connection if the request was read whole. A FIN from the
 client ends the connection (a handler in flight is cancelled).
+
+Hand-over (smg/edge/handoff.py): given `native` and `handoff`, the bytes that start a request on
+an idle connection (no request queued or partly parsed) are held until `native` can judge the
+request line; a request that is not native hands the whole connection (transport and the held
+bytes) to the protocol `handoff()` makes, and the edge forgets it. Bytes that arrive while the
+answer to the previous request is still being written are held the same way and judged once
+it is done. A non-native request parsed in the same read as an earlier one (pipelined behind
+it) cannot be handed over: it is answered 400 `pipelined_handoff` after the earlier answers,
+and the connection closes.
+
+Watcher (smg/edge/watched.py): given one, it admits each connection (or refuses it) and is told
+when it leaves (closed or handed over); the server's own `max_connections` is then not applied.
 """
 
 from __future__ import annotations
@@ -23,6 +35,9 @@ from smg import errors
 from smg.edge.exchange import JSON, EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Body, End, H1Connection, Head, Limits, ProtocolError, RequestHead
 from smg.edge.h1_write import NO_REQUEST, ResponseWriter, error_bytes
+from smg.edge.handing import HandingOver, Handoff
+from smg.edge.handoff import Native, pipelined_handoff
+from smg.edge.watched import WatchedConnection, Watcher
 from smg.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -34,15 +49,26 @@ _HEADER, _IDLE = 1, 2
 LINGER = 2.0  # seconds a closing connection drops late input before it closes
 
 
-class H1Protocol(asyncio.Protocol):
+class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
     """One client connection; see the module doc."""
 
     transport: asyncio.Transport
 
     def __init__(
-        self, handler: Handler, limits: Limits, timeouts: Timeouts, registry: set[H1Protocol]
+        self,
+        handler: Handler,
+        limits: Limits,
+        timeouts: Timeouts,
+        registry: set[H1Protocol],
+        *,
+        native: Native | None = None,
+        handoff: Handoff | None = None,
+        watcher: Watcher | None = None,
     ) -> None:
+        self._init_watched()
+        self.watcher = watcher
         self.registry = registry  # the server's open connections
+        self._init_handing(native, handoff, limits)
         self.handler = handler
         self.timeouts = timeouts
         self.loop = asyncio.get_running_loop()
@@ -67,6 +93,9 @@ class H1Protocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if self.watcher is not None and not self.watcher.admit(self, transport):
+            self.handed = True  # refused (the watcher closed it): not ours
+            return
         self.peer = transport.get_extra_info("peername")
         self.registry.add(self)
         self._set_timer(_HEADER, self.timeouts.header)
@@ -80,10 +109,19 @@ class H1Protocol(asyncio.Protocol):
             self.response.keep_alive = False
 
     def data_received(self, data: bytes) -> None:
-        if self._lingering:
+        if self._lingering or self.handed:
             return  # closing: late input is dropped
+        self.rx += len(data)
         if self._timer_kind == _IDLE:
             self._set_timer(_HEADER, self.timeouts.header)  # the first byte of a new request
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        if self.prefix is not None:  # a hand-over is possible: route at request boundaries
+            routed = self._route(data)
+            if routed is None:
+                return
+            data = routed
         core = self.core
         core.feed(data)
         if self.current is None:
@@ -104,6 +142,8 @@ class H1Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.registry.discard(self)
+        if self.watcher is not None:
+            self.watcher.forget(self)
         self.closing = True
         self._timer_kind = 0
         for handle in (self._timer, self._linger):
@@ -147,15 +187,26 @@ class H1Protocol(asyncio.Protocol):
                 return
             if self._timer_kind != _HEADER:  # a head's deadline runs from its first byte
                 tm = self.timeouts
-                self._set_timer(*((_HEADER, tm.header) if core.in_head else (_IDLE, tm.keep_alive)))
+                in_head = core.in_head or self._holding()
+                self._set_timer(*((_HEADER, tm.header) if in_head else (_IDLE, tm.keep_alive)))
         self.resume_if_room()
 
     def _start(self, head: RequestHead) -> None:
         self._timer_kind = 0
+        self.written += self.response.output
+        if self.native is not None and self._not_native(head):
+            self.response = ResponseWriter(head, closing=True)
+            self.closing = True
+            err = pipelined_handoff()
+            self.transport.write(self.response.whole(err.status, JSON, err.to_json()))
+            self._close()
+            return
         last = self.core.done and not any(type(e) is Head for e in self.core.events)
         self.response = ResponseWriter(head, closing=self.closing or last)
         self.body_done = False
         req = self.current = EdgeRequest(self, head, self.peer)
+        self.requests += 1
+        self.in_request = True
         self.task = self.loop.create_task(self._run(req))
 
     async def _run(self, req: EdgeRequest) -> None:
@@ -196,10 +247,16 @@ class H1Protocol(asyncio.Protocol):
     def _finish(self) -> None:
         self.task = None
         self.current = None
+        self.in_request = False
+        self.rx_at_idle = self.rx
         if self._lingering or self.transport.is_closing():
             return
         if not self.response.keep_alive or self.closing:
             self._close()
+            return
+        if self.early:
+            early, self.early = self.early, b""
+            self._take(early)
             return
         self._next()
 
@@ -272,6 +329,16 @@ class H1Protocol(asyncio.Protocol):
 
     # -- timers (one handle; moved by updating the deadline, re-armed only when it fires) -----
 
+    def _await_head(self) -> None:
+        if self._timer_kind != _HEADER:  # held after an answer: the head's deadline from now
+            self._set_timer(_HEADER, self.timeouts.header)
+
+    def _stop_timers(self) -> None:
+        self._timer_kind = 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def _set_timer(self, kind: int, seconds: float) -> None:
         self._timer_kind = kind
         deadline = self._deadline = self.loop.time() + seconds
@@ -288,7 +355,7 @@ class H1Protocol(asyncio.Protocol):
         if self.loop.time() < self._deadline:
             self._timer = self.loop.call_at(self._deadline, self._expired)
             return
-        if kind == _HEADER and self.core.in_head:
+        if kind == _HEADER and (self.core.in_head or self._holding()):
             secs = self.timeouts.header
             msg = f"The request head did not arrive within {secs:g} s"
             self._close_with(ApiError(408, "request_header_timeout", msg))

@@ -7,6 +7,14 @@
 
 A handler is `async def handler(req: EdgeRequest, resp: EdgeResponse) -> Reply | None`: return
 a `Reply` for a whole answer, or write through `resp` (start/write/end, or send) and return None.
+
+With `native` (which requests are served here; smg/edge/handoff.py's `native_routes`) and
+`handoff` (makes the protocol that takes a connection whose request is not native), one port
+serves both: see smg/edge/protocol.py's module doc. A handed-over connection leaves
+`connections`; `close` no longer waits for it.
+
+With `watcher` (smg/edge/watched.py; the gateway's connection guard) each connection is admitted
+by it and counted against its cap instead of `max_connections`.
 """
 
 from __future__ import annotations
@@ -19,7 +27,10 @@ from smg import errors
 from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply, Timeouts
 from smg.edge.h1 import Limits
 from smg.edge.h1_write import error_bytes
+from smg.edge.handing import Handoff
+from smg.edge.handoff import Native
 from smg.edge.protocol import H1Protocol, Handler
+from smg.edge.watched import Watcher
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +47,16 @@ class EdgeServer:
         limits: Limits = Limits(),
         timeouts: Timeouts = Timeouts(),
         max_connections: int = 10_000,
+        native: Native | None = None,
+        handoff: Handoff | None = None,
+        watcher: Watcher | None = None,
     ) -> None:
+        if (native is None) != (handoff is None):
+            raise ValueError("native and handoff go together")
         self.handler = handler
+        self.native = native
+        self.handoff = handoff
+        self.watcher = watcher
         self.limits = limits
         self.timeouts = timeouts
         self.max_connections = max_connections
@@ -45,13 +64,28 @@ class EdgeServer:
         self._server: asyncio.Server | None = None
 
     def _protocol(self) -> asyncio.Protocol:
-        if len(self.connections) >= self.max_connections:
+        if self.watcher is None and len(self.connections) >= self.max_connections:
             return _Refuse(self.max_connections)
-        return H1Protocol(self.handler, self.limits, self.timeouts, self.connections)
+        return H1Protocol(
+            self.handler,
+            self.limits,
+            self.timeouts,
+            self.connections,
+            native=self.native,
+            handoff=self.handoff,
+            watcher=self.watcher,
+        )
 
     async def start(
-        self, host: str, port: int, *, ssl: ssl.SSLContext | None = None, backlog: int = 1024
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl: ssl.SSLContext | None = None,
+        backlog: int = 1024,
+        reuse_port: bool = False,
     ) -> asyncio.Server:
+        """Listen (`reuse_port`: the port is shared with the other processes of a group)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             self._protocol,
@@ -59,6 +93,8 @@ class EdgeServer:
             port,
             ssl=ssl,
             backlog=backlog,
+            reuse_address=True,
+            reuse_port=reuse_port or None,
             # the handshake counts against the head's deadline (asyncio's default is 60 s)
             ssl_handshake_timeout=self.timeouts.header if ssl is not None else None,
         )

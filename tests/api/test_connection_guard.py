@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import orjson
 import pytest
 from aiohttp import web
+from support.write_stall import until_stalled
 
 from smg.api import requests as rq
 from smg.api.connection_guard import ConnectionGuard
@@ -197,15 +198,7 @@ async def test_a_client_that_takes_nothing_is_aborted_and_its_handler_ends(serve
     await send(s, b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
     (h,) = served.guard.conns
 
-    last, still = -1, 0
-    for _ in range(500):  # until bytes wait and the client has taken none for 0.2 s
-        await asyncio.sleep(0.01)
-        sample = h.sample()
-        still = still + 1 if sample.sent == last and sample.buffered > 0 else 0
-        last = sample.sent
-        if still >= 20:
-            break
-    assert still >= 20, "the stream never filled the buffers"
+    await until_stalled(h)
     await served.sweep_after(1)
     await served.sweep_after(7)
     assert not served.stream_ended.is_set()

@@ -97,6 +97,9 @@ _DROP_REQUEST = frozenset(
         "x-correlation-id",
         "x-trace-id",
         "request-id",
+        # set by the gateway (a client's own, in any case, would repeat it: the lean edge keeps
+        # header names as sent; aiohttp's parser made the common ones canonical)
+        "content-type",
     }
 )
 # Response headers not relayed to the client (the worker's own request id included: the client

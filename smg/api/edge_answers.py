@@ -1,0 +1,130 @@
+"""The flow's answers written on the lean edge (smg/edge).
+
+The flow speaks aiohttp's response objects: it returns a `web.Response` for a whole answer and
+streams through a `web.StreamResponse` it prepares against the client's request. On the lean
+edge there is no aiohttp request, so the client is an `EdgeClient`: the few attributes aiohttp's
+`StreamResponse.prepare` reads of a request (`method`, `version`, `keep_alive`, `path`, the
+`_payload_writer` it writes through and the `_prepare_hook` it awaits), with an `EdgeWriter` as
+the payload writer that hands the head and the body to `EdgeResponse`, which frames them
+(chunked, keep-alive) itself. A whole answer is never prepared: `send_whole` writes its status,
+headers and body in one piece.
+
+Written against aiohttp 3.14's `StreamResponse._start` / `_prepare_headers` / `_write_headers`
+(what they read of a request and call on a writer); tests/api/test_edge_answers.py checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from aiohttp import HttpVersion, HttpVersion10, HttpVersion11, web
+from multidict import CIMultiDict
+
+from smg.edge.exchange import EdgeResponse
+from smg.edge.h1 import RequestHead
+
+# the framing headers are the edge's to write (aiohttp's prepare adds some of them)
+_FRAMING = frozenset({"content-length", "transfer-encoding", "connection"})
+
+PrepareHook = Callable[[str | None, web.StreamResponse], None]
+
+
+def client_headers(head: RequestHead) -> CIMultiDict[str]:
+    """The request's headers as aiohttp decodes them (UTF-8, undecodable bytes kept)."""
+    return CIMultiDict(
+        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+        for k, v in head.headers
+    )
+
+
+def wire_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """An aiohttp response's headers for the edge's writer: framing ones dropped."""
+    return [
+        (k.encode("latin-1"), v.encode("utf-8", "surrogateescape"))
+        for k, v in headers
+        if k.lower() not in _FRAMING
+    ]
+
+
+class EdgeWriter:
+    """aiohttp's payload-writer role for a `StreamResponse` on the lean edge."""
+
+    __slots__ = ("buffer_size", "length", "out", "output_size")
+
+    def __init__(self, out: EdgeResponse) -> None:
+        self.out = out
+        self.length: int | None = None
+        self.output_size = 0
+        self.buffer_size = 0
+
+    def enable_chunking(self) -> None:
+        """The edge frames a body of unknown length itself."""
+
+    def enable_compression(self, *_: object, **__: object) -> None:
+        raise RuntimeError("the gateway does not compress its answers")
+
+    async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
+        status = int(status_line.split(" ", 2)[1])
+        await self.out.start(status, tuple(wire_headers(headers.items())), self.length)
+
+    def send_headers(self) -> None:
+        """The head went out in `write_headers`."""
+
+    async def write(self, data: bytes | bytearray | memoryview, **_: object) -> None:
+        if data:
+            self.output_size += len(data)
+            await self.out.write(bytes(data))
+
+    async def write_eof(self, chunk: bytes | bytearray | memoryview = b"") -> None:
+        await self.write(chunk)
+        await self.out.end()
+
+    async def drain(self) -> None:
+        """Every write already waited for the client."""
+
+
+class EdgeClient:
+    """The client's request as the flow's `web.StreamResponse.prepare` sees it on the edge."""
+
+    __slots__ = ("_hook", "_payload_writer", "keep_alive", "method", "origin", "path", "version")
+
+    def __init__(
+        self,
+        head: RequestHead,
+        path: str,
+        out: EdgeResponse,
+        origin: str | None,
+        hook: PrepareHook | None,
+    ) -> None:
+        self.method = head.method.decode("ascii")
+        self.path = path
+        self.version: HttpVersion = HttpVersion11 if head.version == "1.1" else HttpVersion10
+        self.keep_alive = head.keep_alive
+        self._payload_writer = EdgeWriter(out)
+        self.origin = origin  # the client's Origin header, for CORS
+        self._hook = hook
+
+    async def _prepare_hook(self, response: web.StreamResponse) -> None:
+        if self._hook is not None:
+            self._hook(self.origin, response)
+
+    @property
+    def output_size(self) -> int:
+        return self._payload_writer.output_size
+
+
+async def send_whole(out: EdgeResponse, resp: web.StreamResponse) -> None:
+    """A whole (unprepared) aiohttp answer, written by the edge."""
+    if not isinstance(resp, web.Response):
+        raise TypeError("an unprepared stream is not a whole answer")
+    body = resp.body
+    if body is None:
+        data = b""
+    elif isinstance(body, bytes | bytearray | memoryview):
+        data = bytes(body)
+    else:
+        raise TypeError(f"a streamed payload ({type(body).__name__}) in a whole answer")
+    headers = resp.headers
+    if "Content-Type" not in headers and data:
+        headers["Content-Type"] = "application/octet-stream"
+    await out.send(resp.status, data, tuple(wire_headers(headers.items())))

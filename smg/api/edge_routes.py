@@ -1,0 +1,224 @@
+"""The hot inference routes served on the lean edge (smg/edge) instead of aiohttp's server.
+
+`POST /v1/chat/completions` and `POST /v1/completions` are answered here; every other request
+on the port is handed to the aiohttp application with its connection (smg/edge's hand-over), so
+the routes and middlewares there stay as they are. Per request this does what the aiohttp
+middlewares and `OpenAIRoutes` do, in the same order and with the same helpers: the request id
+(the client's or a new one) bound into the log context and a server span when tracing is on,
+the auth gate (415 for a body that is not JSON, 401/403), the drain's 503, the cluster rate
+limit, the body read under the listener's body budget, the OpenAI checks, the flow, the answer
+(CORS headers for an allowed origin, `X-Request-Id`), errors in OpenAI's shape, 499 for a
+client that left, and the request's metrics.
+
+Why: aiohttp's server alone costs about what the Rust gateway spends on a whole request
+(DEVELOPERS.md, "The lean HTTP/1.1 edge").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import structlog
+from aiohttp import web
+from multidict import CIMultiDict
+
+from smg import errors, tracing
+from smg.api import requests as rq
+from smg.api.auth import AuthGate
+from smg.api.connection_guard import ConnectionGuard
+from smg.api.edge_answers import EdgeClient, client_headers, send_whole
+from smg.api.middleware import error_response, traced_route
+from smg.core.auth import JwtCheck, RouteClass, classify
+from smg.edge.exchange import EdgeRequest, EdgeResponse
+from smg.flow.admission import Admission
+from smg.flow.request import Kind
+from smg.flow.serve import Flow
+from smg.metrics import Metrics
+from smg.pipeline.engine_types import SamplingParams
+from smg.pipeline.output import openai_renderer
+
+log = structlog.get_logger("smg.gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    path: str
+    kind: Kind
+    check: Callable[[dict[str, Any]], SamplingParams | None]
+    id_prefix: str
+    cls: RouteClass
+
+
+def _route(path: str, kind: Kind, check: Any, id_prefix: str) -> _Route:
+    return _Route(path, kind, check, id_prefix, classify(path))
+
+
+ROUTES = {
+    b"/v1/chat/completions": _route("/v1/chat/completions", Kind.CHAT, rq.check_chat, "chatcmpl-"),
+    b"/v1/completions": _route("/v1/completions", Kind.COMPLETION, rq.check_completion, "cmpl-"),
+}
+
+
+class _Hold:
+    """The request's body-budget grant (`rq.BodyHolder`), given back when its answer ended."""
+
+    __slots__ = ("body_reader", "guard", "held")
+
+    def __init__(self, guard: ConnectionGuard) -> None:
+        self.guard = guard
+        self.held = 0
+        self.body_reader: Any = None
+
+
+class _Body:
+    """The edge's body reader as the budgeted readers take it (`rq.BodyContent`)."""
+
+    __slots__ = ("req",)
+
+    def __init__(self, req: EdgeRequest) -> None:
+        self.req = req
+
+    async def readany(self) -> bytes:
+        return await self.req.read_chunk()
+
+    def at_eof(self) -> bool:
+        return self.req.body_complete()
+
+
+class EdgeRoutes:
+    def __init__(
+        self,
+        *,
+        flow: Flow,
+        gate: AuthGate,
+        metrics: Metrics,
+        admission: Admission,
+        guard: ConnectionGuard,
+        max_payload: int,
+        rate_check: Callable[[str], None] | None,
+    ) -> None:
+        self.flow = flow
+        self.gate = gate
+        self.metrics = metrics
+        self.admission = admission
+        self.guard = guard
+        self.max_payload = max_payload
+        self.rate_check = rate_check
+        self.cors = gate.add_cors if gate.core.cors_origins else None
+
+    async def handle(self, req: EdgeRequest, out: EdgeResponse) -> None:
+        head = req.head
+        route = ROUTES.get(head.path) if head.method == b"POST" else None
+        if route is None:  # only a request the edge could not hand over comes here
+            method, path = head.method.decode("latin-1"), head.path.decode("latin-1")
+            raise errors.unknown_url(method, path)
+        headers = client_headers(head)
+        rid = rq.request_id_in(headers) or route.id_prefix + rq.new_request_id()
+        bound = structlog.contextvars.bind_contextvars(request_id=rid)
+        try:
+            if not tracing.enabled():
+                await self._serve(req, out, route, headers, rid)
+                return
+            with traced_route("POST", route.path, headers) as span:
+                status = await self._serve(req, out, route, headers, rid)
+                span.set_attribute("http.response.status_code", status)
+        finally:
+            structlog.contextvars.reset_contextvars(**bound)
+
+    async def _serve(
+        self,
+        req: EdgeRequest,
+        out: EdgeResponse,
+        route: _Route,
+        headers: CIMultiDict[str],
+        rid: str,
+    ) -> int:
+        """Answer the request; its status (499: the client left)."""
+        loop_time = asyncio.get_running_loop().time
+        start = loop_time()
+        log.debug("request_started", method="POST", path=route.path)
+        status, code = 500, ""
+        hold = _Hold(self.guard)
+        try:
+            try:
+                resp = await self._answer(req, out, route, headers, rid, hold)
+                status = resp.status
+                if not resp.prepared:
+                    await self._send(out, resp, headers, rid)
+            except errors.ApiError as err:
+                status, code = err.status, err.code
+                if out.started:
+                    raise
+                await self._send(out, error_response(err, rid), headers, rid)
+        except asyncio.CancelledError:
+            status, code = 499, ""
+            raise
+        except ConnectionResetError:  # the client left while we wrote to it: nobody to answer
+            status, code = 499, "client_closed_request"
+            raise
+        except Exception as exc:
+            log.exception("unhandled_error", path=route.path, request_id=rid)
+            status, code = 500, "internal_error"
+            if out.started:
+                raise
+            failed = error_response(errors.internal(type(exc).__name__), rid)
+            await self._send(out, failed, headers, rid)
+        finally:
+            if hold.held:
+                self.guard.budget.release(hold.held)
+                hold.held = 0
+            took = loop_time() - start
+            self.metrics.request_done("POST", route.path, status, code, took)
+            log.debug("request_finished", status=status, code=code, ms=round(took * 1e3, 1))
+        return status
+
+    async def _answer(
+        self,
+        req: EdgeRequest,
+        out: EdgeResponse,
+        route: _Route,
+        headers: CIMultiDict[str],
+        rid: str,
+        hold: _Hold,
+    ) -> web.StreamResponse:
+        principal = self.gate.decide_parts(route.cls, "POST", headers, lambda: _host(req.peer))
+        if isinstance(principal, JwtCheck):
+            principal = await self.gate.verify(principal)
+        if self.admission.draining:
+            raise errors.draining()
+        if self.rate_check is not None:
+            self.rate_check(principal.tenant)
+        head, limit = req.head, self.max_payload
+        length = head.content_length
+        if length is not None and length > limit:
+            raise errors.payload_too_large(limit)
+        raw = await rq.read_budgeted(hold, _Body(req), length, limit)
+        body = rq.parse_object(raw)
+        model = rq.require_model(body)
+        sampling = route.check(body)
+        request = rq.build_request(
+            headers, principal, rid, route.kind, route.path, raw, body, model, sampling,
+            route.id_prefix,
+        )  # fmt: skip
+        client = EdgeClient(head, route.path, out, headers.get("Origin"), self.cors)
+        # the flow prepares its streams against the client: EdgeClient has what aiohttp reads
+        return await self.flow.serve(request, openai_renderer, cast(web.Request, client))
+
+    async def _send(
+        self, out: EdgeResponse, resp: web.StreamResponse, headers: CIMultiDict[str], rid: str
+    ) -> None:
+        if "X-Request-Id" not in resp.headers:
+            resp.headers["X-Request-Id"] = rid
+        if self.cors is not None:
+            self.cors(headers.get("Origin"), resp)
+        await send_whole(out, resp)
+
+
+def _host(peer: object) -> str | None:
+    """The peer's address as aiohttp's `request.remote` says it."""
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    return None

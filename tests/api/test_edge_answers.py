@@ -1,0 +1,92 @@
+"""aiohttp's response objects written on the lean edge (smg/api/edge_answers.py): a whole
+`web.Response` and a `web.StreamResponse` prepared against `EdgeClient`, over a real socket to
+aiohttp's client. This pins what aiohttp's `StreamResponse.prepare` reads of a request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import cast
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from smg.api.edge_answers import EdgeClient, send_whole
+from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer
+
+pytestmark = pytest.mark.unit
+
+
+def _cors(origin: str | None, resp: web.StreamResponse) -> None:
+    if origin == "https://ok.example":
+        resp.headers["Access-Control-Allow-Origin"] = origin
+
+
+async def _handler(req: EdgeRequest, out: EdgeResponse) -> None:
+    path = req.head.path
+    if path == b"/whole":
+        resp = web.Response(
+            body=b'{"a":1}', status=201, content_type="application/json", headers={"X-A": "1"}
+        )
+        resp.headers["Content-Length"] = "999"  # a framing header: the edge writes its own
+        await send_whole(out, resp)
+        return
+    if path == b"/text":
+        await send_whole(out, web.Response(text="héllo"))
+        return
+    origin = dict((k.decode(), v.decode()) for k, v in req.head.headers).get("Origin")
+    client = EdgeClient(req.head, path.decode(), out, origin, _cors)
+    stream = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+    await stream.prepare(cast(web.Request, client))
+    for i in range(3):
+        await stream.write(b"data: %d\n\n" % i)
+    await stream.write_eof(b"data: [DONE]\n\n")
+    assert client.output_size == 3 * 9 + 14
+
+
+@pytest.fixture
+async def url() -> AsyncIterator[str]:
+    server = EdgeServer(_handler)
+    await server.start("127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.close(1.0)
+
+
+async def test_a_whole_answer_keeps_status_headers_and_body(url: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(url + "/whole") as r:
+            assert r.status == 201
+            assert r.headers["X-A"] == "1"
+            assert r.headers["Content-Type"] == "application/json"
+            assert r.headers["Content-Length"] == "7"
+            assert await r.read() == b'{"a":1}'
+        async with s.get(url + "/text") as r:  # same connection: framing was right
+            assert r.headers["Content-Type"].startswith("text/plain")
+            assert (await r.read()).decode() == "héllo"
+
+
+async def test_a_stream_is_chunked_and_ends(url: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        for origin, cors in (("https://ok.example", "https://ok.example"), ("https://x.y", None)):
+            async with s.get(url + "/stream", headers={"Origin": origin}) as r:
+                assert r.status == 200
+                assert r.headers["Transfer-Encoding"] == "chunked"
+                assert r.headers["Content-Type"] == "text/event-stream"
+                assert r.headers.get("Access-Control-Allow-Origin") == cors
+                body = await asyncio.wait_for(r.read(), 5)
+            assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+
+
+async def test_an_http10_client_gets_the_stream_until_the_close(url: str) -> None:
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET /stream HTTP/1.0\r\nHost: x\r\n\r\n")
+    raw = await asyncio.wait_for(reader.read(), 5)  # to EOF: HTTP/1.0 ends with the close
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"chunked" not in head.lower()
+    assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\ndata: [DONE]\n\n"

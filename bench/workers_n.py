@@ -32,10 +32,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from statistics import mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import body_for, run_load
-from procs import MODEL, Stack, cpu_s
+from procs import MODEL, Stack, cpu_s, host_busy_s
 
 HERE = Path(__file__).resolve().parent
 PATH = "/v1/chat/completions"
@@ -119,40 +120,52 @@ def affinity(url: str, groups: int, per_group: int, seed: int) -> tuple[float, l
     return hits / max(1, tries), split
 
 
-def run_one(n: int, a: argparse.Namespace, rep: int) -> dict:
+def run_one(n: int, a: argparse.Namespace, rep: int) -> list[dict]:
     logdir = a.out / f"workers{n}-rep{rep}"
     args = ["--workers", str(n), "--history-backend", "none"]
     with Stack(2, "cache_aware", args, 0.0, logdir) as stack:
         mport = int(stack.gateway.args[stack.gateway.args.index("--prometheus-port") + 1])
         wait_processes(stack, n, mport)
         hit, split = affinity(stack.gateway_url, a.groups, a.per_group, seed=rep)
+        rows = []
         snap: dict[str, float] = {}
 
         def start() -> None:
-            snap.update(cpu=cpu_s([stack.gateway.pid]))
+            snap.update(cpu=cpu_s([stack.gateway.pid]), busy=host_busy_s())
 
-        load = run_load(
-            a.client, stack.gateway_url + PATH, body_for("chat"), a.conc, a.duration, 1.0, start
-        )
-        cpu = cpu_s([stack.gateway.pid]) - snap["cpu"]
-        return {
-            "workers": n,
-            "rep": rep,
-            "requests": load.requests,
-            "errors": load.errors,
-            "req_s": round(load.requests / load.elapsed_s, 1),
-            "cpu_us_per_req": round(cpu / max(1, load.requests) * 1e6, 1),
-            "shares": shares(mport),
-            "hit_rate": round(hit, 3),
-            "worker_split": split,
-        }
+        for conc in a.conc:
+            load = run_load(
+                a.client, stack.gateway_url + PATH, body_for("chat"), conc, a.duration, 1.0, start
+            )
+            cpu = cpu_s([stack.gateway.pid]) - snap["cpu"]
+            busy = host_busy_s() - snap["busy"]
+            rows.append(
+                {
+                    "workers": n,
+                    "rep": rep,
+                    "conc": conc,
+                    "requests": load.requests,
+                    "errors": load.errors,
+                    "req_s": round(load.requests / load.elapsed_s, 1),
+                    "cpu_us_per_req": round(cpu / max(1, load.requests) * 1e6, 1),
+                    # the gateway's cores, and the whole box's, while the load ran
+                    "gateway_cores": round(cpu / load.elapsed_s, 2),
+                    "box_cores": round(busy / load.elapsed_s, 2),
+                    "shares": shares(mport),
+                    "hit_rate": round(hit, 3),
+                    "worker_split": split,
+                }
+            )
+        return rows
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--duration", type=float, default=5.0)
-    p.add_argument("--conc", type=int, default=16)
+    p.add_argument(
+        "--conc", type=lambda v: [int(c) for c in v.split(",")], default=[16], help="e.g. 1,16,64"
+    )
     p.add_argument("--groups", type=int, default=8)
     p.add_argument("--per-group", type=int, default=10)
     p.add_argument("--client", default="wrk" if shutil.which("wrk") else "aiohttp")
@@ -161,20 +174,28 @@ def main() -> None:
     rows = []
     for rep in range(a.reps):
         for n in (1, 2) if rep % 2 == 0 else (2, 1):
-            row = run_one(n, a, rep)
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    print("\n| --workers | req/s | CPU-µs/req | errors | shares | hit rate | worker split |")
-    print("|---:|---:|---:|---:|---|---:|---|")
-    for r in sorted(rows, key=lambda r: (r["workers"], r["rep"])):
+            for row in run_one(n, a, rep):
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print(
+        "\n| --workers | conc | req/s | CPU-µs/req | gateway cores | box cores | errors | shares "
+        "| hit rate | worker split |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
+    for r in sorted(rows, key=lambda r: (r["conc"], r["workers"], r["rep"])):
         print(
-            f"| {r['workers']} | {r['req_s']} | {r['cpu_us_per_req']} | {r['errors']} "
-            f"| {r['shares']} | {r['hit_rate']} | {r['worker_split']} |"
+            f"| {r['workers']} | {r['conc']} | {r['req_s']} | {r['cpu_us_per_req']} "
+            f"| {r['gateway_cores']} | {r['box_cores']} | {r['errors']} | {r['shares']} "
+            f"| {r['hit_rate']} | {r['worker_split']} |"
         )
-    for key in ("cpu_us_per_req", "hit_rate"):
-        one = [r[key] for r in rows if r["workers"] == 1]
-        two = [r[key] for r in rows if r["workers"] == 2]
-        print(f"{key}: workers 2 / workers 1 = {sum(two) / len(two) / (sum(one) / len(one)):.2f}")
+    for conc in a.conc:
+        at = [r for r in rows if r["conc"] == conc]
+        one = [r["cpu_us_per_req"] for r in at if r["workers"] == 1]
+        two = [r["cpu_us_per_req"] for r in at if r["workers"] == 2]
+        print(f"c={conc} cpu_us_per_req: workers 2 / workers 1 = {mean(two) / mean(one):.2f}")
+    one = [r["hit_rate"] for r in rows if r["workers"] == 1]
+    two = [r["hit_rate"] for r in rows if r["workers"] == 2]
+    print(f"hit_rate: workers 2 / workers 1 = {mean(two) / mean(one):.2f}")
 
 
 if __name__ == "__main__":

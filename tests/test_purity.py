@@ -22,6 +22,7 @@ PURE = [
     ROOT / "pipeline" / "responses_items.py",
     ROOT / "pipeline" / "responses_object.py",
     ROOT / "pipeline" / "responses_output.py",
+    ROOT / "pipeline" / "responses_renderer.py",
     ROOT / "pipeline" / "responses_replay.py",
     ROOT / "pipeline" / "responses_mcp.py",
     ROOT / "pipeline" / "responses_rounds.py",

@@ -21,12 +21,16 @@ from typing import Any
 import structlog
 
 from smg.actors.runtime import Actor
-from smg.config import TokenizerConfig
+from smg.config import ConfigError, TokenizerConfig
 from smg.core.snapshots import SnapshotCell
 from smg.pipeline.token_cache import TokenCache, TokenCacheConfig
 from smg.pipeline.tokenizer import Tokenizer
 from smg.pipeline.tokenizer_download import TokenizerSource, fetch_tokenizer
-from smg.pipeline.tokenizer_source import NoSuchPath, resolve_tokenizer_dir
+from smg.pipeline.tokenizer_source import (
+    NoSuchPath,
+    resolve_tokenizer_dir,
+    worker_tokenizer_problem,
+)
 
 log = structlog.get_logger("smg.tokenizers")
 
@@ -41,6 +45,21 @@ class EnsureTokenizer:
 
 class NoTokenizer(LookupError):
     """A model with no tokenizer to load: no local path and the engine may not be asked."""
+
+
+def check_tokenizer_flags(tok: TokenizerConfig) -> None:
+    """`--tokenizer-path` naming a Hugging Face id this machine's cache lacks (nothing is
+    downloaded), or a folder without a tokenizer, and a missing `--chat-template` stop the start;
+    a local path that does not exist is left to the engines' tokenizers, and `--model-path`
+    problems only warn (HTTP workers need no tokenizer), as in the Rust gateway."""
+    flags = {"tokenizer_path": tok.tokenizer_path or "", "chat_template": tok.chat_template or ""}
+    problem = worker_tokenizer_problem(flags)
+    if problem is not None:
+        raise ConfigError(problem)
+    if tok.model_path and not tok.tokenizer_path:
+        problem = worker_tokenizer_problem({"model_path": tok.model_path})
+        if problem is not None:
+            log.warning("model_path_tokenizer_missing", problem=problem)
 
 
 def cache_config(cfg: TokenizerConfig) -> TokenCacheConfig:

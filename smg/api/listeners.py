@@ -1,10 +1,9 @@
-"""The gateway's aiohttp listeners: `start_site` (a site whose protocols the connection guard
-makes; the data port itself is smg/edge's, smg/app/edge_listener.py), the Prometheus
-`/metrics` one, and the port a site actually bound."""
+"""The gateway's listener helpers: the listen backlog and the open-file limit of the data port
+(smg/edge's, opened in smg/app/edge_listener.py), the Prometheus `/metrics` listener, and the
+port an aiohttp site actually bound."""
 
 from __future__ import annotations
 
-import asyncio
 import resource
 import socket
 import ssl
@@ -17,80 +16,6 @@ from smg.config import ObservabilityConfig
 
 # aiohttp's default listen backlog (128) overflows at a few hundred concurrent connects.
 BACKLOG = 4096
-
-
-class _Site(web.TCPSite):
-    """A TCPSite whose connections are made by `protocol_factory` instead of the runner's own
-    server (aiohttp's `TCPSite.start`, with the factory and the TLS handshake deadline)."""
-
-    __slots__ = ("_factory", "_handshake_timeout_s")
-
-    def __init__(
-        self,
-        runner: web.AppRunner,
-        host: str,
-        port: int,
-        *,
-        protocol_factory: Callable[[], Any],
-        handshake_timeout_s: float | None,
-        **site_options: Any,
-    ) -> None:
-        super().__init__(runner, host, port, **site_options)
-        self._factory = protocol_factory
-        self._handshake_timeout_s = handshake_timeout_s
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner (cleanup closes it)
-        extra: dict[str, Any] = {}
-        if self._ssl_context is not None and self._handshake_timeout_s:
-            extra["ssl_handshake_timeout"] = self._handshake_timeout_s
-        self._server = await asyncio.get_running_loop().create_server(
-            self._factory,
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=True,
-            reuse_port=self._reuse_port,
-            **extra,
-        )
-
-
-async def start_site(
-    runner: web.AppRunner,
-    host: str,
-    port: int,
-    *,
-    protocol_factory: Callable[[], Any] | None = None,
-    ssl_context: ssl.SSLContext | None = None,
-    handshake_timeout_s: float | None = None,
-    backlog: int = BACKLOG,
-    reuse_port: bool = False,
-) -> web.TCPSite:
-    """Listen on (host, port) for `runner`'s app, over TLS with `ssl_context`. Connections are
-    made by `protocol_factory` (the connection guard's) when given; a TLS handshake must end
-    within `handshake_timeout_s` (its bytes come before any HTTP deadline can apply). With
-    `reuse_port` (`--workers N`), the port is shared by every process of the group."""
-    options: dict[str, Any] = {
-        "ssl_context": ssl_context,
-        "backlog": backlog,
-        "reuse_address": True,
-        "reuse_port": reuse_port or None,
-    }
-    site: web.TCPSite
-    if protocol_factory is None:
-        site = web.TCPSite(runner, host, port, **options)
-    else:
-        site = _Site(
-            runner,
-            host,
-            port,
-            protocol_factory=protocol_factory,
-            handshake_timeout_s=handshake_timeout_s,
-            **options,
-        )
-    await site.start()
-    return site
 
 
 def open_file_limit() -> int:

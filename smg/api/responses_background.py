@@ -24,7 +24,8 @@ from aiohttp import web
 
 from smg.errors import ApiError
 from smg.flow.render import SSE_HEADERS
-from smg.pipeline.responses_output import ResponsesRenderer, ResponsesShaper
+from smg.pipeline.responses_output import ResponsesShaper
+from smg.pipeline.responses_renderer import ResponsesRenderer
 
 DEFAULT_LIMIT = 64  # background responses running or queued at once
 DEFAULT_LOG_BYTES = 4 << 20  # event bytes kept per running response for live readers

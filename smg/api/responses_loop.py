@@ -54,7 +54,7 @@ from smg.pipeline.responses_mcp import (
     list_tools_item,
     offer,
 )
-from smg.pipeline.responses_output import ResponsesRenderer
+from smg.pipeline.responses_renderer import ResponsesRenderer
 from smg.pipeline.responses_request import ResponsesRequest
 from smg.pipeline.responses_rounds import Rounds, RoundShaper
 

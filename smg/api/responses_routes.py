@@ -60,7 +60,7 @@ from smg.flow.serve import Flow
 from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.responses_items import stored_items, unsupported
 from smg.pipeline.responses_object import failure, response_object
-from smg.pipeline.responses_output import ResponsesRenderer
+from smg.pipeline.responses_renderer import ResponsesRenderer
 from smg.pipeline.responses_replay import after, frame, replay_events
 from smg.pipeline.responses_request import (
     ResponsesRequest,

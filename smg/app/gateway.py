@@ -5,7 +5,7 @@ unusable certificate or a bad auth flag fails here, before anything starts). `ru
 root of the task tree, in named steps:
 
 1. `check_startup_names`: the command-line workers' host names resolve to allowed addresses;
-2. `_worker_session`: the HTTP client session to the workers (address policy at every connect);
+2. `worker_session`: the HTTP client session to the workers (address policy at every connect);
 3. the workers' supervisor and the core supervisor, entered here; `CoreActors.start` starts the
    core actors under them (app/actors.py), then the mesh;
 4. `_register_startup_workers`: the command-line workers (and PD roles) join the registry;
@@ -19,13 +19,10 @@ root of the task tree, in named steps:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import os
 import random
-from collections.abc import AsyncIterator
 
-import aiohttp
 import structlog
 from aiohttp import web
 
@@ -34,13 +31,14 @@ from smg.actors.cache_index import CacheTreeCollector, routing_policy
 from smg.actors.discovery import DiscoveryMetrics
 from smg.actors.event_bus import EventBus
 from smg.actors.supervisor import Strategy, Supervisor
+from smg.actors.tokenizers import check_tokenizer_flags
 from smg.api.admin_routes import AdminRoutes
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
 from smg.api.conversations_routes import ConversationsRoutes
 from smg.api.edge_routes import EdgeRoutes
 from smg.api.engine_metrics import EngineMetrics
-from smg.api.listeners import BACKLOG, open_file_limit, start_metrics
+from smg.api.listeners import open_file_limit
 from smg.api.messages_routes import MessagesRoutes
 from smg.api.middleware import edge_middleware, metrics_middleware, refuse_while_draining
 from smg.api.native_routes import NativeRoutes
@@ -51,16 +49,18 @@ from smg.api.responses_routes import ResponsesRoutes
 from smg.api.scoring_routes import ScoringRoutes
 from smg.app.actors import CoreActors
 from smg.app.discovery import start_discovery, with_discovery
-from smg.app.edge_listener import edge_server
+from smg.app.edge_listener import Listeners, first_checks
 from smg.app.flow import build_flow
 from smg.app.mesh import GatewayMesh
 from smg.app.metered_storage import metered
 from smg.app.outbound import (
     address_guard,
     check_startup_names,
+    data_client,
     http_backend,
     idle_sweeper,
     startup_workers,
+    worker_session,
 )
 from smg.clock import Clock, LoopClock
 from smg.config import (
@@ -76,9 +76,7 @@ from smg.config import (
     load_mcp_config,
     model_aliases,
 )
-from smg.core.health import HealthStatus
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
-from smg.edge.server import EdgeServer
 from smg.flow.admission import Admission
 from smg.flow.inflight import InFlight
 from smg.flow.serve import Flow
@@ -87,43 +85,18 @@ from smg.metrics import Metrics
 from smg.metrics.workers import EngineLoadCollector, PolicyCollector
 from smg.pipeline.backends.flush import CacheFlusher
 from smg.pipeline.backends.grpc_pool import EnginePool
-from smg.pipeline.backends.h1_pool import H1Client
 from smg.pipeline.backends.http import HttpBackend
 from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard
 from smg.pipeline.policies import CacheAwarePolicy
 from smg.pipeline.tokenizer import Tokenizer
-from smg.pipeline.tokenizer_source import worker_tokenizer_problem
 from smg.storage import Storage, StorageError
 from smg.storage.factory import open_storage
 from smg.tls import GatewayTls
 
 log = structlog.get_logger("smg.gateway")
 
-# After answering without reading a body (413, 401, 503...), aiohttp reads and drops what the
-# client still sends for this long, so the client sees the answer instead of a reset; short, as
-# a sender of an endless body holds its connection (and our CPU) that long.
-_LINGER_S = 2.0
-_EDGE_CLOSE_S = 1.0  # the listener's close after the drain: idle connections, late answers
-FIRST_CHECKS_WAIT_S = 10.0  # --workers N: a process waits this long for its workers' first checks
-FIRST_CHECKS_POLL_S = 0.05
 _FLUSH_WORKER_TIMEOUT_S = 10.0  # one worker's /flush_cache (the fan-out has its own limit)
-
-
-def _check_tokenizer_flags(cfg: GatewayConfig) -> None:
-    """`--tokenizer-path` naming a Hugging Face id this machine's cache lacks (nothing is
-    downloaded), or a folder without a tokenizer, and a missing `--chat-template` stop the start;
-    a local path that does not exist is left to the engines' tokenizers, and `--model-path`
-    problems only warn (HTTP workers need no tokenizer), as in the Rust gateway."""
-    tok = cfg.tokenizer
-    flags = {"tokenizer_path": tok.tokenizer_path or "", "chat_template": tok.chat_template or ""}
-    problem = worker_tokenizer_problem(flags)
-    if problem is not None:
-        raise ConfigError(problem)
-    if tok.model_path and not tok.tokenizer_path:
-        problem = worker_tokenizer_problem({"model_path": tok.model_path})
-        if problem is not None:
-            log.warning("model_path_tokenizer_missing", problem=problem)
 
 
 class Gateway:
@@ -147,7 +120,7 @@ class Gateway:
         check_health(cfg.health)  # the start-up timeout and check interval above zero
         check_storage(cfg.storage)  # e.g. --history-backend postgres without --postgres-db-url
         model_aliases(cfg.routing.model_alias)  # a malformed --model-alias
-        _check_tokenizer_flags(cfg)  # --tokenizer-path naming a folder or id this host lacks
+        check_tokenizer_flags(cfg.tokenizer)  # --tokenizer-path naming a folder or id not here
         # an unreadable or malformed MCP servers file stops the start
         path = cfg.mcp.mcp_config_path
         self.mcp_config: McpConfig = load_mcp_config(path) if path else McpConfig()
@@ -333,7 +306,8 @@ class Gateway:
             raise ConfigError(f"--history-backend {name}: {err}") from None
 
     async def _run(self, history: Storage, stop: asyncio.Event) -> None:
-        async with self._worker_session() as session, self._data_client() as client:
+        tls, guard = self.tls.workers.http, self.url_guard
+        async with worker_session(tls, guard) as session, data_client(tls, guard) as client:
             backend = self.worker_http = http_backend(session, self.cfg, self.idle, client)
             async with (
                 Supervisor("workers", strategy=Strategy.ONE_FOR_ONE, clock=self.clock) as wsup,
@@ -363,62 +337,20 @@ class Gateway:
                 finally:
                     await self.engines.close()
 
-    @contextlib.asynccontextmanager
-    async def _worker_session(self) -> AsyncIterator[aiohttp.ClientSession]:
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            ttl_dns_cache=300,
-            force_close=False,
-            ssl=self.tls.workers.http,
-            socket_factory=self.url_guard.socket_factory,  # every connect: the address policy
-        )
-        async with aiohttp.ClientSession(
-            connector=connector,
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            auto_decompress=False,
-        ) as session:
-            yield session
-
-    @contextlib.asynccontextmanager
-    async def _data_client(self) -> AsyncIterator[H1Client]:
-        """The lean HTTP/1.1 pool of the data path's POSTs to HTTP workers: the same address
-        policy and TLS context as the session."""
-        client = H1Client(self.url_guard, self.tls.workers.http)
-        try:
-            yield client
-        finally:
-            client.close()
-
     async def _register_startup_workers(self) -> None:
         registry = self.actors.registry()
         for msg in startup_workers(self.cfg):
             await registry.ask(msg, 10.0)  # the mesh hears of it as an event
 
     async def _serve(self, flow: Flow, history: Storage, mcp: McpPool, stop: asyncio.Event) -> None:
-        cfg = self.cfg
-        web_runner = web.AppRunner(
-            self.build_app(flow, history, mcp),
-            access_log=None,
-            handler_cancellation=True,
-            keepalive_timeout=cfg.limits.keepalive_timeout_secs,
-            lingering_time=_LINGER_S,
-        )
-        await web_runner.setup()
-        routes = EdgeRoutes(
-            flow=flow,
-            gate=self.auth,
-            metrics=self.metrics,
-            admission=self.admission,
-            guard=self.guard,
-            max_payload=cfg.server.max_payload_size,
-            rate_check=self.mesh.rate_check(),
-        )
-        edge = edge_server(cfg, routes, self.guard, web_runner)
-        metrics_runner: web.AppRunner | None = None
+        listeners = Listeners(self.cfg, self.guard, tls=self.tls.server, reuse_port=self.reuse_port)
+        await listeners.setup(self.build_app(flow, history, mcp), self._edge_routes(flow))
         try:
             if self.reuse_port:
-                await self._first_checks()
-            metrics_runner = await self._listen(edge)
+                await first_checks(self.registry_cell, self.clock)
+            # /metrics: a control-plane credential, any role
+            await listeners.listen(self.metrics.render, [metrics_middleware(self.auth)])
+            self.bound_port, self.bound_metrics_port = listeners.port, listeners.metrics_port
             self.started.set()
             # Everything built at start-up lives as long as the process: keep it out of the
             # collector's generations so the per-request garbage is all it scans.
@@ -433,55 +365,18 @@ class Gateway:
                 finally:
                     sweeper.cancel()
         finally:
-            await edge.close(_EDGE_CLOSE_S)  # drained: what is left is idle or cut
-            await web_runner.cleanup()  # and the connections handed to aiohttp
-            if metrics_runner is not None:
-                await metrics_runner.cleanup()
+            await listeners.close()
 
-    async def _first_checks(self) -> None:
-        """One of `--workers N` processes listens once its start-up workers have had their first
-        health checks (at most FIRST_CHECKS_WAIT_S): the kernel gives a listening process its
-        share of connections at once, so one that listened earlier (a restarted one under load
-        too) answered them 503 while its siblings served."""
-        deadline = self.clock.now() + FIRST_CHECKS_WAIT_S
-        while self.clock.now() < deadline and any(
-            w.health is HealthStatus.PENDING for w in self.registry_cell.value.workers
-        ):
-            await self.clock.sleep(FIRST_CHECKS_POLL_S)
-
-    async def _listen(self, edge: EdgeServer) -> web.AppRunner | None:
-        """Open the client listener and the metrics one; the metrics runner, if any."""
-        cfg = self.cfg
-        await edge.start(
-            cfg.server.host,
-            cfg.server.port,
-            ssl=self.tls.server,
-            backlog=BACKLOG,
-            reuse_port=self.reuse_port,
+    def _edge_routes(self, flow: Flow) -> EdgeRoutes:
+        return EdgeRoutes(
+            flow=flow,
+            gate=self.auth,
+            metrics=self.metrics,
+            admission=self.admission,
+            guard=self.guard,
+            max_payload=self.cfg.server.max_payload_size,
+            rate_check=self.mesh.rate_check(),
         )
-        self.bound_port = edge.port
-        gate = [metrics_middleware(self.auth)]  # /metrics: a control-plane credential, any role
-        metrics = await start_metrics(
-            cfg.observability,
-            cfg.server.host,
-            self.metrics.render,
-            gate,
-            ssl_context=self.tls.server,
-        )
-        metrics_runner = None
-        if metrics is not None:
-            metrics_runner, self.bound_metrics_port = metrics
-        log.info(
-            "gateway_listening",
-            host=cfg.server.host,
-            port=self.bound_port,
-            tls=self.tls.server is not None,
-            metrics_port=self.bound_metrics_port,
-            policy=cfg.routing.policy,
-            workers=len(cfg.workers.worker_urls),
-            max_connections=self.guard.max_connections,
-        )
-        return metrics_runner
 
     async def _drain(self) -> None:
         # new requests get 503 shutting_down, readiness says "draining", and so do queued ones

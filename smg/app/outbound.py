@@ -1,8 +1,13 @@
 """The gateway's outbound side, composed from the config: which workers start registered, where
 workers may be (the address policy, checked before anything starts), and the HTTP backend with
-its credentials, deadline, connect timeout, response cap and idle limit."""
+its credentials, deadline, connect timeout, response cap and idle limit, over the HTTP client
+session and the data path's lean HTTP/1.1 pool."""
 
 from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -99,3 +104,35 @@ def gateway_keys(cfg: GatewayConfig) -> frozenset[str]:
     keys = {cfg.server.api_key} if cfg.server.api_key else set()
     keys |= {entry.partition(":")[2] for entry in cfg.auth.tenant_api_keys}
     return frozenset(keys)
+
+
+@contextlib.asynccontextmanager
+async def worker_session(
+    tls: ssl.SSLContext, guard: AddressGuard
+) -> AsyncIterator[aiohttp.ClientSession]:
+    """The HTTP client session to the workers: `tls` for https:// ones, `guard`'s address policy
+    at every connect."""
+    connector = aiohttp.TCPConnector(
+        limit=0,
+        ttl_dns_cache=300,
+        force_close=False,
+        ssl=tls,
+        socket_factory=guard.socket_factory,  # every connect: the address policy
+    )
+    async with aiohttp.ClientSession(
+        connector=connector,
+        skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        auto_decompress=False,
+    ) as session:
+        yield session
+
+
+@contextlib.asynccontextmanager
+async def data_client(tls: ssl.SSLContext, guard: AddressGuard) -> AsyncIterator[H1Client]:
+    """The lean HTTP/1.1 pool of the data path's POSTs to HTTP workers: the same address
+    policy and TLS context as the session."""
+    client = H1Client(guard, tls)
+    try:
+        yield client
+    finally:
+        client.close()

@@ -6,7 +6,8 @@ gateway, so its users can switch without relearning). `smg/cli.py` walks this tr
 argument parser, so a knob exists exactly once.
 
 The tree is split by concern: `knobs` (the declaration helper, ConfigError, tree helpers),
-`serving` (how requests are served), `exposure` (auth, TLS, client limits, upstream bounds),
+`serving` (how requests are served), `tokenizer` (gRPC mode's tokenizers and parsers),
+`mesh_node` (the gateway mesh), `exposure` (auth, TLS, client limits, upstream bounds),
 `storage` (stored responses and conversations), `mcp` (the MCP servers file);
 `GatewayConfig` and `SimConfig` compose them here, and every name is importable from
 `smg.config`.
@@ -27,19 +28,18 @@ from smg.config.exposure import (
 )
 from smg.config.knobs import ConfigError, knob, replace_path, sections
 from smg.config.mcp import McpConfig, McpFlagsConfig, load_mcp_config
+from smg.config.mesh_node import MeshNodeConfig
 from smg.config.serving import (
     POLICIES,
     AdmissionConfig,
     CircuitBreakerConfig,
     HealthConfig,
-    MeshNodeConfig,
     ObservabilityConfig,
     PdConfig,
     RateLimitConfig,
     RetryConfig,
     RoutingConfig,
     ServerConfig,
-    TokenizerConfig,
     WorkersConfig,
     check_health,
     duration_buckets,
@@ -48,6 +48,7 @@ from smg.config.serving import (
     model_aliases,
 )
 from smg.config.storage import HISTORY_BACKENDS, StorageConfig, check_storage
+from smg.config.tokenizer import TokenizerConfig
 
 __all__ = [
     "HISTORY_BACKENDS",

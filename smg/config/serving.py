@@ -1,5 +1,6 @@
 """The sections that decide how requests are served: listener, workers, routing, PD, admission,
-retries, breakers, health checks, tokenizers, observability, rate limits and the mesh node."""
+retries, breakers, health checks, observability and rate limits (the tokenizers' section is
+tokenizer.py, the mesh node's mesh_node.py)."""
 
 from __future__ import annotations
 
@@ -247,65 +248,6 @@ class HealthConfig:
     )
 
 
-# The parser formats smg implements (smg.pipeline.parsers; a test keeps the two in step). The
-# Rust gateway's other names parse and are refused as not supported yet (config/not_yet.py).
-REASONING_PARSER_NAMES = (
-    "cohere_cmd", "deepseek_r1", "glm45", "kimi", "minimax", "nano_v3", "passthrough", "qwen3",
-    "qwen3_thinking", "step3",
-)  # fmt: skip
-TOOL_CALL_PARSER_NAMES = (
-    "cohere", "deepseek", "deepseek31", "glm45_moe", "glm47_moe", "json", "kimik2", "llama",
-    "minimax_m2", "mistral", "passthrough", "pythonic", "qwen", "qwen_coder", "qwen_xml", "step3",
-)  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class TokenizerConfig:
-    """gRPC mode: the gateway templates and tokenizes; engines see only token ids."""
-
-    model_path: str | None = knob(
-        None,
-        "Local model folder holding tokenizer.json (+ tokenizer_config.json with the chat "
-        "template). Unset: each gRPC engine's tokenizer is fetched with GetTokenizer.",
-        aliases=("--model",),
-    )
-    tokenizer_path: str | None = knob(
-        None,
-        "Tokenizer folder, or a Hugging Face id (org/name) found in the local Hugging Face cache "
-        "(HF_HOME; never downloaded); overrides --model-path. A worker's `tokenizer_path` label "
-        "overrides both for its model.",
-    )
-    chat_template: str | None = knob(
-        None,
-        "Chat template file overriding the tokenizer's (a worker's `chat_template` overrides it).",
-    )
-    disable_tokenizer_autoload: bool = knob(
-        False,
-        "Never fetch a gRPC engine's tokenizer (GetTokenizer): only --tokenizer-path / "
-        "--model-path and workers' own `tokenizer_path` are loaded.",
-    )
-    tokenizer_cache_dir: str | None = knob(
-        None, "Where engine tokenizers are cached on disk (default ~/.cache/smg/tokenizers)."
-    )
-    tokenizer_cache_enable_l0: bool = knob(False, "Exact-match token cache (repeated prompts).")
-    tokenizer_cache_l0_max_entries: int = knob(10_000, "Most entries in the L0 cache.")
-    tokenizer_cache_l0_max_memory: int = knob(268_435_456, "Bytes the L0 cache may hold.")
-    tokenizer_cache_enable_l1: bool = knob(
-        False, "Prefix token cache at special-token boundaries (multi-turn chats)."
-    )
-    tokenizer_cache_l1_max_memory: int = knob(52_428_800, "Bytes the L1 cache may hold.")
-    reasoning_parser: str | None = knob(
-        None,
-        "Reasoning format (deepseek_r1, qwen3, kimi, ...); default: detected from the model.",
-        choices=REASONING_PARSER_NAMES,
-    )
-    tool_call_parser: str | None = knob(
-        None,
-        "Tool-call format (json, qwen, llama, mistral, ...); default: detected from the model.",
-        choices=TOOL_CALL_PARSER_NAMES,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class ObservabilityConfig:
     prometheus_host: str | None = knob(
@@ -338,46 +280,6 @@ class RateLimitConfig:
         "when the mesh is on. 0: no rate limit.",
     )
     rate_limit_window_secs: float = knob(1.0, "Length of one rate-limit counting window.")
-
-
-@dataclass(frozen=True, slots=True)
-class MeshNodeConfig:
-    """The gateway mesh: SWIM membership + replicated state (`smg node --join`)."""
-
-    enable_mesh: bool = knob(False, "Join a gateway mesh (`smg node` turns this on).")
-    mesh_server_name: str | None = knob(
-        None, "This node's name in the mesh (default: the host name and mesh port)."
-    )
-    mesh_host: str = knob("0.0.0.0", "Address the mesh listener (UDP + TCP) binds.")
-    mesh_advertise_host: str | None = knob(
-        None, "Address peers reach this node at; required when --mesh-host is 0.0.0.0."
-    )
-    mesh_port: int = knob(39527, "Mesh port (UDP gossip and TCP state sync share it).")
-    mesh_peer_urls: tuple[str, ...] = knob(
-        (), "Peers to join (host:port; repeatable).", aliases=("--join",), nargs="extend"
-    )
-    cluster_key: str | None = knob(
-        None,
-        "Primary mesh key (16+ characters, no blanks or commas): every mesh packet and frame is "
-        "encrypted with it (AES-256-GCM). Required unless --mesh-host is loopback.",
-    )
-    cluster_key_secondary: tuple[str, ...] = knob(
-        (),
-        "More mesh keys, tried to decrypt but never to encrypt: for rotating --cluster-key "
-        "without splitting the cluster (repeat the flag, or list them comma-separated).",
-        nargs="append+",
-    )
-    mesh_insecure: bool = knob(
-        False,
-        "Run a mesh beyond loopback without --cluster-key: plaintext and unauthenticated, "
-        "anyone who reaches the port joins. Logs a warning every minute. Never in production.",
-    )
-    mesh_profile: str = knob(
-        "lan", "Failure-detector timing profile.", choices=("lan", "local", "test")
-    )
-    mesh_fault_injection: bool = knob(
-        False, "Expose POST /mesh/faults (drop/delay/partition) for chaos tests. Never in prod."
-    )
 
 
 def check_health(health: HealthConfig) -> None:

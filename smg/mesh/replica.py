@@ -43,10 +43,8 @@ retried after the next update that applies; anti-entropy repairs whatever is dro
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
-from collections.abc import Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import Iterable
 from typing import Any
 
 from pycrdt import Doc, Map, merge_updates
@@ -62,6 +60,7 @@ from smg.mesh.doc_wire import (
 )
 from smg.mesh.identity import NodeIdentity, payload_of
 from smg.mesh.ownership import ItemIndex, Validator, owner_of, pack
+from smg.mesh.replica_view import ReplicaView
 
 __all__ = [
     "RejectedUpdate",
@@ -75,7 +74,6 @@ __all__ = [
 ]
 
 MAX_DEFERRED = 16
-MAX_JOURNAL = 4096  # (version, key) entries kept for `changed_since`
 MAX_DEFERRED_BYTES = 4 * 1024 * 1024
 
 
@@ -83,7 +81,7 @@ def _is_marker(key: str) -> bool:
     return key.endswith("/") and key.count("/") == 1
 
 
-class Replica:
+class Replica(ReplicaView):
     """One namespace, one Map. Not thread-safe; owned by one actor."""
 
     def __init__(
@@ -97,15 +95,10 @@ class Replica:
         self.owner = owner
         self.validate = validate
         self.generation = 0
-        self.version = 0
+        super().__init__()
         self._own: dict[str, bytes] = {}  # subkey -> packed value: the owner's intent
         self._previous: dict[str, dict[str, bytes]] = {}  # owner -> key -> packed (fallback)
-        self._view: dict[str, bytes] = {}
-        self._decoded: dict[str, Any] | None = None
-        self._decode_cache: dict[str, tuple[bytes, Any]] = {}
         self._deferred: deque[bytes] = deque()
-        # which visible keys each version changed (None: any of them), newest last, bounded
-        self._journal: deque[tuple[int, str | None]] = deque(maxlen=MAX_JOURNAL)
         self._new_doc()
 
     # --- doc lifecycle ---------------------------------------------------------------------
@@ -232,81 +225,6 @@ class Replica:
         self._decoded = None
         self.version += 1
         self._journal.append((self.version, key))
-
-    # --- reads -----------------------------------------------------------------------------
-    def get(self, key: str) -> Any:
-        raw = self._view.get(key)
-        return None if raw is None else self._decode(raw)
-
-    def items(self) -> dict[str, Any]:
-        """Full key -> decoded value, for every visible item (undecodable values are skipped).
-        Values are decoded once per change of their bytes (a summary of 64 x 256 token ids takes
-        ~0.5 ms to decode: re-decoding every item on every update stalled the loop)."""
-        if self._decoded is None:
-            cache = self._decode_cache
-            out: dict[str, Any] = {}
-            for k, raw in self._view.items():
-                hit = cache.get(k)
-                if hit is not None and hit[0] == raw:
-                    v = hit[1]
-                else:
-                    v = self._decode(raw, default=_SKIP)
-                    cache[k] = (raw, v)
-                if v is not _SKIP:
-                    out[k] = v
-            for k in cache.keys() - self._view.keys():
-                del cache[k]
-            self._decoded = out
-        return dict(self._decoded)
-
-    def changed_since(self, version: int) -> set[str] | None:
-        """The visible keys changed (set, overwritten or gone) after `version`, or None when
-        that is no longer known (a whole refresh since, or older than the bounded journal):
-        lets a reader of a large document look at what changed instead of every key."""
-        if version == self.version:
-            return set()
-        journal = self._journal
-        if version > self.version or not journal or journal[0][0] > version:
-            return None
-        out: set[str] = set()
-        for v, key in reversed(journal):
-            if v <= version:
-                break
-            if key is None:
-                return None
-            out.add(key)
-        return out
-
-    def raw_items_view(self) -> Mapping[str, bytes]:
-        """The live view itself, read-only and valid until the next change (no copy)."""
-        return MappingProxyType(self._view)
-
-    def raw_items(self) -> dict[str, bytes]:
-        """Full key -> the value's encoded bytes (cheap: for spotting which items changed)."""
-        return dict(self._view)
-
-    def owned_by(self, node_id: str) -> dict[str, Any]:
-        prefix = f"{node_id}/"
-        return {k: v for k, v in self.items().items() if k.startswith(prefix)}
-
-    def owners(self) -> set[str]:
-        return {owner_of(k) for k in self._view}
-
-    @staticmethod
-    def _decode(raw: bytes, default: Any = None) -> Any:
-        try:
-            return unpack(raw)
-        except Exception:
-            return default
-
-    def digest(self) -> str:
-        """sha256 over the sorted visible items: equal content gives an equal digest anywhere."""
-        h = hashlib.sha256()
-        for k in sorted(self._view):
-            kb = k.encode()
-            raw = self._view[k]
-            h.update(len(kb).to_bytes(4, "big") + kb + len(raw).to_bytes(4, "big") + raw)
-        return h.hexdigest()
 
     # --- sync ------------------------------------------------------------------------------
     def take_delta(self) -> bytes | None:
@@ -449,5 +367,4 @@ class Replica:
         }
 
 
-_SKIP = object()
 _APPLIED, _IGNORED, _WAITING = "applied", "ignored", "waiting"

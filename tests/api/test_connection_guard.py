@@ -1,6 +1,8 @@
-"""The connection guard's shell in-process: a real aiohttp listener on loopback whose protocols the
-guard makes, raw asyncio clients, and sweeps driven by hand on a fake clock (no test waits out a
-deadline)."""
+"""The connection guard's shell in-process, on the data port's real path: the edge (smg/edge) on
+loopback with no native route, so every connection is handed over to the aiohttp application by
+the guard's protocol factory (as smg/app/edge_listener.py does for every route but chat and
+completions); raw asyncio clients, and sweeps driven by hand on a fake clock (no test waits out
+a deadline). tests/api/test_connection_guard_edge.py has the edge's own routes."""
 
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ from aiohttp import web
 from support.write_stall import until_stalled
 
 from smg.api import requests as rq
-from smg.api.connection_guard import ConnectionGuard
-from smg.api.listeners import bound_port, start_site
+from smg.api.connection_guard import ConnectionGuard, EdgeHandler
 from smg.clock import FakeClock, settle
 from smg.config import LimitsConfig
+from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply, Timeouts
+from smg.edge.handoff import native_routes
+from smg.edge.server import EdgeServer
 from smg.errors import ApiError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -91,11 +95,23 @@ async def served() -> AsyncIterator[Served]:
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     assert runner.server is not None
-    site = await start_site(runner, "127.0.0.1", 0, protocol_factory=guard.factory(runner.server))
+    edge = EdgeServer(
+        edge_route,
+        timeouts=Timeouts(header=60, keep_alive=60, body=60, write=60),  # the guard acts first
+        native=native_routes(set()),  # every request is handed over
+        handoff=guard.factory(runner.server),
+        watcher=guard,
+    )
+    await edge.start("127.0.0.1", 0)
     try:
-        yield Served(guard, clock, bound_port(site) or 0, ended)
+        yield Served(guard, clock, edge.port, ended)
     finally:
+        await edge.close(grace=1.0)
         await runner.cleanup()
+
+
+async def edge_route(req: EdgeRequest, resp: EdgeResponse) -> Reply | None:
+    raise AssertionError(f"no native route, yet the edge served {req.head.path!r}")
 
 
 def post(length: int | None, body: bytes = b"", chunked: bool = False) -> bytes:
@@ -119,6 +135,8 @@ async def test_new_connections_owe_their_headers_from_the_start(served: Served) 
     silent, silent_w = await served.connect()  # sends nothing at all
     await send(slow_w, b"POST /echo HTTP/1.1\r\nHost: x\r\nX-Slow: ")
     await settle()
+    # the slow one's request line is handed over; the silent one is still the edge's
+    assert sorted(type(c).__name__ for c in served.guard.conns) == ["EdgeHandler", "H1Protocol"]
     await served.sweep_after(9.9)
     assert not slow.at_eof() and not silent.at_eof()
     await served.sweep_after(0.1)  # 10 s after they opened
@@ -196,7 +214,9 @@ async def test_a_chunked_body_past_the_largest_gets_413(served: Served) -> None:
 async def test_a_client_that_takes_nothing_is_aborted_and_its_handler_ends(served: Served) -> None:
     _, s = await served.connect(rcvbuf=4096)
     await send(s, b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+    await settle()
     (h,) = served.guard.conns
+    assert isinstance(h, EdgeHandler)  # handed over to aiohttp
 
     await until_stalled(h)
     await served.sweep_after(1)

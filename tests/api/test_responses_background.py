@@ -10,7 +10,7 @@ import pytest
 
 from smg.api.responses_background import Background, EventLog, Job, split_frames
 from smg.errors import ApiError
-from smg.pipeline.responses_output import ResponsesRenderer
+from smg.pipeline.responses_renderer import ResponsesRenderer
 from smg.pipeline.responses_request import parse_responses
 
 

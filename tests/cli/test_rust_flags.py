@@ -354,7 +354,7 @@ def test_the_rust_gateways_serve_command_is_refused_by_name(
 def test_parser_names_are_smgs_parsers_and_the_rest_of_the_rust_gateways() -> None:
     """A format smg lacks is refused by name, never run as passthrough; a name the Rust gateway
     lacks too is argparse's invalid choice."""
-    from smg.config.serving import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
+    from smg.config.tokenizer import REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES
     from smg.pipeline.parsers import REASONING_PARSERS, TOOL_PARSERS
 
     assert set(REASONING_PARSER_NAMES) == set(REASONING_PARSERS)

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from smg.errors import ApiError
 from smg.flow.chat import ChatAnswer
 from smg.pipeline.backends.http import HttpBackend
-from smg.pipeline.responses_output import ResponsesRenderer
+from smg.pipeline.responses_renderer import ResponsesRenderer
 from smg.pipeline.responses_request import parse_responses
 
 

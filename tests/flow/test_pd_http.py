@@ -26,7 +26,7 @@ from smg.pipeline import pd
 from smg.pipeline.backends.http import HttpBackend, UpstreamError
 from smg.pipeline.output import openai_renderer
 from smg.pipeline.policies import RoundRobinPolicy, RouteRequest
-from smg.pipeline.responses_output import ResponsesRenderer
+from smg.pipeline.responses_renderer import ResponsesRenderer
 from smg.pipeline.responses_request import parse_responses
 
 ROUTE = RouteRequest(text=None, routing_key=None, model="m")

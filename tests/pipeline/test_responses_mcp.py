@@ -21,7 +21,7 @@ from smg.pipeline.choice import OutputSpec
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.parser_choice import ParserChoice, tool_choice
 from smg.pipeline.responses_mcp import Offer, echoed, offer, parse_mcp_tool
-from smg.pipeline.responses_output import ResponsesRenderer
+from smg.pipeline.responses_renderer import ResponsesRenderer
 from smg.pipeline.responses_request import chat_body, parse_responses
 from smg.pipeline.responses_rounds import Rounds, RoundShaper
 

@@ -20,7 +20,8 @@ from smg.pipeline.choice import OutputSpec
 from smg.pipeline.engine_types import EngineEvent, Finished, TokenDelta
 from smg.pipeline.parser_choice import ParserChoice, tool_choice
 from smg.pipeline.parsers.types import CallDelta, ParseDelta
-from smg.pipeline.responses_output import ResponsesRenderer, ResponsesShaper
+from smg.pipeline.responses_output import ResponsesShaper
+from smg.pipeline.responses_renderer import ResponsesRenderer
 from smg.pipeline.responses_request import chat_body, parse_responses
 
 EVENTS = TypeAdapter(ResponseStreamEvent)

@@ -63,6 +63,22 @@ async def test_encode_decode_round_trip() -> None:
     assert await t.decode(ids * 200) == "user\nhi" * 200  # the pooled path
 
 
+async def test_inline_encode_gives_the_pooled_ids() -> None:
+    """Short texts are encoded inline with `encode`, long ones in the pool with `encode_batch`:
+    the same ids either way, special tokens and `add_special_tokens` included."""
+    t = with_cache(None)
+    texts = (
+        "<|im_start|>user\nHello, how are you?<|im_end|>\n<|im_start|>assistant\n",
+        "  leading spaces, 世界, tabs\t and \r\n newlines 🎉",
+        "",
+    )
+    for text in texts:
+        for special in (False, True):
+            assert await t.encode(text, add_special_tokens=special) == t.encode_sync(
+                text, add_special_tokens=special
+            )
+
+
 async def test_long_inputs_go_to_the_pool_short_ones_stay_inline() -> None:
     with CountingExecutor() as pool:
         t = with_cache(None, pool)

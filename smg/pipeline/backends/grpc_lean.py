@@ -52,6 +52,9 @@ from smg.pipeline.backends.h2_frames import (
 )
 
 log = structlog.get_logger("smg.grpc")
+# `grpc-timeout` as `hpack.encode` writes it, up to its value's length byte: a call adds that
+# byte and the value (at most 9 characters: the length fits the byte)
+_TIMEOUT_FIELD = hpack.encode((("grpc-timeout", ""),))[:-1]
 
 
 class _Connection(asyncio.Protocol):
@@ -335,7 +338,8 @@ class LeanChannel:
             block += hpack.encode(metadata)
         if timeout_s is not None:
             left = max(0.001, timeout_s - (loop.time() - started))
-            block += hpack.encode((("grpc-timeout", grpc_timeout(left)),))
+            value = grpc_timeout(left).encode()
+            block += _TIMEOUT_FIELD + len(value).to_bytes(1, "big") + value
             call._timer = loop.call_later(left, call._deadline)
         conn.open_call(block, message, call)
         return call

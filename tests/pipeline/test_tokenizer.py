@@ -63,20 +63,21 @@ async def test_encode_decode_round_trip() -> None:
     assert await t.decode(ids * 200) == "user\nhi" * 200  # the pooled path
 
 
-async def test_inline_encode_gives_the_pooled_ids() -> None:
-    """Short texts are encoded inline with `encode`, long ones in the pool with `encode_batch`:
-    the same ids either way, special tokens and `add_special_tokens` included."""
+async def test_encode_gives_the_ids_of_the_library_encode() -> None:
+    """The shell encodes without offsets (`encode_batch_fast`): the ids are the library's
+    `encode`'s, inline or in the pool, special tokens and `add_special_tokens` included."""
     t = with_cache(None)
+    inner = t._inner
     texts = (
         "<|im_start|>user\nHello, how are you?<|im_end|>\n<|im_start|>assistant\n",
         "  leading spaces, 世界, tabs\t and \r\n newlines 🎉",
         "",
     )
-    for text in texts:
+    for text in (*texts, texts[0] * 20, texts[1] * 20):  # the last two: the pool's path
         for special in (False, True):
-            assert await t.encode(text, add_special_tokens=special) == t.encode_sync(
-                text, add_special_tokens=special
-            )
+            want = inner.encode(text, add_special_tokens=special).ids
+            assert await t.encode(text, add_special_tokens=special) == want
+            assert t.encode_sync(text, add_special_tokens=special) == want
 
 
 async def test_long_inputs_go_to_the_pool_short_ones_stay_inline() -> None:

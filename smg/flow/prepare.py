@@ -31,6 +31,7 @@ from smg.pipeline.chat_template import TemplateError
 from smg.pipeline.engine_types import EngineRequest, SamplingParams
 from smg.pipeline.output import OutputSpec
 from smg.pipeline.parser_choice import ParserChoice, tool_choice
+from smg.pipeline.parsers.types import Parser
 from smg.pipeline.policies.base import RouteRequest
 from smg.pipeline.sampling import sampling_from_sglang
 from smg.pipeline.tokenizer import Tokenizer
@@ -153,14 +154,8 @@ class Preparer:
         except TemplateError as exc:
             raise errors.invalid_request(f"Chat template: {exc}", param="messages") from None
         ids = await tok.encode(prompt)
-        spec = _openai_spec(body, sampling, model, req.engine_id, True)
         parser = self.parsers.factory(body, model, prompt, tools, choice, req.engine_id)
-        if parser is not None:
-            spec = dataclasses.replace(
-                spec,
-                parser=parser,
-                parallel_tool_calls=body.get("parallel_tool_calls") is not False,
-            )
+        spec = _openai_spec(body, sampling, model, req.engine_id, True, parser)
         return Prepared(model, tok, ids, prompt, sampling, spec)
 
     async def _completion(self, req: Request, tok: Tokenizer, sampling: SamplingParams) -> Prepared:
@@ -212,8 +207,15 @@ def _input_ids(body: dict[str, Any]) -> list[int] | None:
 
 
 def _openai_spec(
-    body: dict[str, Any], sampling: SamplingParams, model: str, engine_id: str, chat: bool
+    body: dict[str, Any],
+    sampling: SamplingParams,
+    model: str,
+    engine_id: str,
+    chat: bool,
+    parser: Callable[[], Parser] | None = None,
 ) -> OutputSpec:
+    """The spec of an OpenAI chat or completion answer, its parser (chat) given here: one
+    frozen spec built, not a second by `dataclasses.replace`."""
     options = body.get("stream_options")
     return OutputSpec(
         response_id=engine_id,
@@ -227,6 +229,8 @@ def _openai_spec(
         include_usage=isinstance(options, dict) and options.get("include_usage") is True,
         logprobs=sampling.logprobs is not None,
         top_logprobs=sampling.logprobs or 0,
+        parser=parser,
+        parallel_tool_calls=parser is None or body.get("parallel_tool_calls") is not False,
     )
 
 

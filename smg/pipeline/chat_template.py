@@ -196,7 +196,7 @@ def _select_source(raw: Any) -> dict[str, str]:
 class ChatTemplate:
     """A compiled chat template (or a named set of them) plus the tokenizer's special tokens."""
 
-    __slots__ = ("_globals", "_object_args", "_sources", "_templates", "_variables")
+    __slots__ = ("_globals", "_object_args", "_sources", "_templates")
 
     def __init__(
         self,
@@ -213,12 +213,13 @@ class ChatTemplate:
             self._templates = {name: env.from_string(src) for name, src in sources.items()}
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template does not compile: {exc}") from None
-        # each template's globals as one plain dict: jinja2's `render` merges them with the
-        # variables from a ChainMap on every call (2 % of a gRPC-mode request, py-spy)
-        self._globals = {name: dict(t.globals) for name, t in self._templates.items()}
+        # each template's globals and the special tokens as one plain dict, merged once:
+        # jinja2's `render` merges them with the variables from a ChainMap on every call (2 % of
+        # a gRPC-mode request, py-spy)
+        specials = dict(special_tokens or {})
+        self._globals = {name: {**t.globals, **specials} for name, t in self._templates.items()}
         self._sources = sources
         self._object_args = {n: template_wants_object_arguments(s) for n, s in sources.items()}
-        self._variables = dict(special_tokens or {})
 
     @classmethod
     def from_tokenizer_dir(
@@ -276,7 +277,7 @@ class ChatTemplate:
             raise TemplateError(f"chat_template_kwargs may not set {sorted(clash)}")
         name = self._pick(tools)
         msgs = normalise_messages(messages, object_arguments=self._object_args[name])
-        variables = {**self._globals[name], **self._variables, **extra, **template_kwargs}
+        variables = {**self._globals[name], **extra, **template_kwargs}
         variables.update(
             messages=msgs,
             tools=list(tools) if tools else None,

@@ -51,14 +51,20 @@ class OutputShaper:
         if spec.system_fingerprint is not None:
             head["system_fingerprint"] = spec.system_fingerprint
         self._head = head
-        # every frame is `data: {<head>,"choices":[<choice>]}`: serialise the head once
-        self._prefix = b"data: " + orjson.dumps(head)[:-1] + b',"choices":['
         self._plain_chat = spec.chat and spec.parser is None and not spec.logprobs
+        # a stream's frame heads, made by its first frame (`_streaming`): a whole answer,
+        # which never writes a frame, does not pay for them
+        self._prefix = b""
+        self._content_heads: list[bytes] = []
+
+    def _streaming(self) -> None:
+        # every frame is `data: {<head>,"choices":[<choice>]}`: serialise the head once
+        self._prefix = prefix = b"data: " + orjson.dumps(self._head)[:-1] + b',"choices":['
         # a plain content delta's frame around its text, per choice: only the text is encoded
         # per token (a dict built and dumped per token was a third of `on_event`)
         self._content_heads = [
-            self._prefix + b'{"index":' + str(i).encode() + b',"delta":{"content":'
-            for i in range(spec.n)
+            prefix + b'{"index":' + str(i).encode() + b',"delta":{"content":'
+            for i in range(self.spec.n)
         ]
 
     # --- shared ----------------------------------------------------------------------------------
@@ -95,6 +101,8 @@ class OutputShaper:
         state = self._choice(ev.index)
         if state is None or state.done:
             return []
+        if not self._prefix:
+            self._streaming()
         if self._plain_chat and state.started and type(ev) is TokenDelta:
             # the per-token common case: chat text without parser or logprobs
             if ev.prompt_tokens > self.prompt_tokens:
@@ -136,6 +144,8 @@ class OutputShaper:
 
     def closing_frames(self) -> list[bytes]:
         """After the last event: finish choices the engine never finished, usage, [DONE]."""
+        if not self._prefix:
+            self._streaming()
         frames: list[bytes] = []
         for state in self.choices:
             if not state.done:

@@ -5,6 +5,9 @@
 (pure) `TokenCache` on the loop, tokenizes what is left with `encode_batch([text])` in a thread
 pool, and stores the result back on the loop: the cache is only touched by the loop thread and
 needs no lock. Short inputs are handled inline, where a thread hop would cost more than the work.
+Both use `encode_batch_fast` (tokenizers >= 0.21) where there is one: the same ids, without the
+character offsets nobody here reads (~20 % less: 25 against 31 µs for a 70-character chat
+prompt, the tiny bench tokenizer).
 
 The pool is the caller's `executor`, or else one of our own (`default_pool_size()` threads: all
 CPUs but one, so the loop keeps a core) that `close()` shuts down. It is kept apart from the
@@ -73,6 +76,8 @@ class Tokenizer:
         path: Path | None = None,
     ) -> None:
         self._inner = inner
+        # the ids without the offsets (tokenizers >= 0.21), else the offsets too
+        self._encode_batch = getattr(inner, "encode_batch_fast", inner.encode_batch)
         self._config = dict(config or {})
         self._generation_config = dict(generation_config or {})
         self._owns_executor = executor is None
@@ -210,9 +215,7 @@ class Tokenizer:
 
     def _encode_now(self, text: str, add_special_tokens: bool) -> list[int]:
         # encode_batch releases the GIL while the Rust side works; encode would not.
-        ids: list[int] = self._inner.encode_batch([text], add_special_tokens=add_special_tokens)[
-            0
-        ].ids
+        ids: list[int] = self._encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return ids
 
     async def _encode_raw(self, text: str, add_special_tokens: bool) -> list[int]:

@@ -4,6 +4,8 @@ the end of the body in one write."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -83,3 +85,30 @@ async def test_a_client_that_leaves_reports_no_outcome() -> None:
     batches: list[list[EngineEvent]] = [[delta("a", 1)], [delta("b", 2)], [delta("c", 3)]]
     assert await run(batches, resp) is None
     assert resp.eof is None
+
+
+async def test_a_whole_answer_stopped_early_leaves_no_async_generator_to_finalize() -> None:
+    """`render.whole` stops reading once every choice is done: the events iterator it drops
+    must not be an async generator, or the loop's finalizer hook schedules a task per request
+    to close it."""
+    finalized: list[object] = []
+    old = sys.get_asyncgen_hooks()
+    sys.set_asyncgen_hooks(firstiter=old.firstiter, finalizer=finalized.append)
+
+    async def agen() -> AsyncGenerator[list[EngineEvent], None]:
+        yield [delta("c", 3)]
+        yield [Finished(0, "length", 3, 4)]
+        yield [delta("never", 9)]
+
+    try:
+        engine = EngineStream(agen(), [delta("a", 1), delta("b", 2)])
+        spec = OutputSpec(response_id="chatcmpl-1", model="m", created=1, chat=False)
+        shaper = OutputShaper(spec, decode)
+        outcome: list[bool | None] = []
+        answer = await render.whole(engine, shaper, {}, "chatcmpl-1", outcome.append)
+        await asyncio.sleep(0)
+    finally:
+        sys.set_asyncgen_hooks(*old)
+    assert orjson.loads(answer.body)["choices"][0]["text"] == "abc"  # type: ignore[arg-type]
+    assert outcome == [True]
+    assert finalized == []

@@ -63,6 +63,23 @@ async def test_encode_decode_round_trip() -> None:
     assert await t.decode(ids * 200) == "user\nhi" * 200  # the pooled path
 
 
+async def test_encode_gives_the_ids_of_the_library_encode() -> None:
+    """The shell encodes without offsets (`encode_batch_fast`): the ids are the library's
+    `encode`'s, inline or in the pool, special tokens and `add_special_tokens` included."""
+    t = with_cache(None)
+    inner = t._inner
+    texts = (
+        "<|im_start|>user\nHello, how are you?<|im_end|>\n<|im_start|>assistant\n",
+        "  leading spaces, 世界, tabs\t and \r\n newlines 🎉",
+        "",
+    )
+    for text in (*texts, texts[0] * 20, texts[1] * 20):  # the last two: the pool's path
+        for special in (False, True):
+            want = inner.encode(text, add_special_tokens=special).ids
+            assert await t.encode(text, add_special_tokens=special) == want
+            assert t.encode_sync(text, add_special_tokens=special) == want
+
+
 async def test_long_inputs_go_to_the_pool_short_ones_stay_inline() -> None:
     with CountingExecutor() as pool:
         t = with_cache(None, pool)

@@ -22,9 +22,12 @@ class CallHost(Protocol):
 class LeanCall:
     """One server-streaming call: whole response messages in arrival order, then its status."""
 
-    __slots__ = ("_conn", "_details", "_messages", "_sid", "_status", "_timer", "_waiter")
+    __slots__ = ("_conn", "_details", "_loop", "_messages", "_sid", "_status", "_timer", "_waiter")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        # the loop it runs on (None: the running one, looked up when needed); kept, as each
+        # lookup is a getpid() system call
+        self._loop = loop
         self._conn: CallHost | None = None
         self._sid = 0
         self._messages: list[bytes] = []
@@ -52,7 +55,8 @@ class LeanCall:
                 if status == "OK":
                     return messages
                 raise CallError(status, self._details)
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            loop = self._loop or asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
             try:
                 await waiter
             finally:
@@ -66,7 +70,8 @@ class LeanCall:
         if self._status is None:
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer = asyncio.get_running_loop().call_later(grace_s, self._deadline)
+            loop = self._loop or asyncio.get_running_loop()
+            self._timer = loop.call_later(grace_s, self._deadline)
 
     def cancel(self) -> None:
         """Reset the stream (the engine sees the call cancelled)."""

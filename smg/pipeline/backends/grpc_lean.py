@@ -52,11 +52,15 @@ from smg.pipeline.backends.h2_frames import (
 )
 
 log = structlog.get_logger("smg.grpc")
+# `grpc-timeout` as `hpack.encode` writes it, up to its value's length byte: a call adds that
+# byte and the value (at most 9 characters: the length fits the byte)
+_TIMEOUT_FIELD = hpack.encode((("grpc-timeout", ""),))[:-1]
 
 
 class _Connection(asyncio.Protocol):
     def __init__(self, channel: LeanChannel) -> None:
         self.channel = channel
+        self.loop = asyncio.get_running_loop()  # made by create_connection, on its loop
         self.core = ClientConnection(
             stream_window=channel.stream_window_bytes,
             connection_window=channel.connection_window_bytes,
@@ -204,7 +208,7 @@ class _Connection(asyncio.Protocol):
         write per call was 6 % of a gRPC request's CPU at 64 concurrent calls (py-spy)."""
         if not self._flush_due and self.core.has_output:  # (most reads owe the engine nothing)
             self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush_now)
+            self.loop.call_soon(self._flush_now)
 
     def _flush_now(self) -> None:
         self._flush_due = False
@@ -233,8 +237,7 @@ class _Connection(asyncio.Protocol):
 
     # --- keepalive -------------------------------------------------------------------------------
     def _arm_keepalive(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tick = loop.call_later(self.channel.keepalive_time_s, self._keepalive)
+        self._tick = self.loop.call_later(self.channel.keepalive_time_s, self._keepalive)
 
     def _keepalive(self) -> None:
         if self.closed or self.transport is None:
@@ -242,8 +245,8 @@ class _Connection(asyncio.Protocol):
         if not self._heard and self._ping_due is None:
             self.core.ping(os.urandom(8))
             self._flush()
-            loop = asyncio.get_running_loop()
-            self._ping_due = loop.call_later(self.channel.keepalive_timeout_s, self._ping_timeout)
+            wait = self.channel.keepalive_timeout_s
+            self._ping_due = self.loop.call_later(wait, self._ping_timeout)
         self._heard = False
         self._arm_keepalive()
 
@@ -301,6 +304,7 @@ class LeanChannel:
         self._lock = asyncio.Lock()
         self._blocks: dict[str, bytes] = {}
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(
         self,
@@ -311,7 +315,9 @@ class LeanChannel:
     ) -> LeanCall:
         """Send one request message on `path` (e.g. `/vllm.grpc.engine.VllmEngine/Generate`);
         raises `CallError("UNAVAILABLE")` when the engine cannot be reached."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # a channel serves the loop of its first call (one lookup, not one a call)
+            loop = self._loop = asyncio.get_running_loop()
         started = loop.time()
         conn = self._usable() or await self._connect(timeout_s)
         block = self._blocks.get(path)
@@ -327,12 +333,13 @@ class LeanChannel:
                     ("user-agent", "smg-lean-grpc"),
                 )
             )
-        call = LeanCall()
+        call = LeanCall(loop)
         if metadata:  # e.g. the W3C traceparent of the dispatch span
             block += hpack.encode(metadata)
         if timeout_s is not None:
             left = max(0.001, timeout_s - (loop.time() - started))
-            block += hpack.encode((("grpc-timeout", grpc_timeout(left)),))
+            value = grpc_timeout(left).encode()
+            block += _TIMEOUT_FIELD + len(value).to_bytes(1, "big") + value
             call._timer = loop.call_later(left, call._deadline)
         conn.open_call(block, message, call)
         return call

@@ -187,10 +187,12 @@ class EngineStream:
         """The events a list at a time: those that arrived together (write them together)."""
         return self
 
-    async def events(self) -> AsyncIterator[EngineEvent]:
-        async for batch in self:
-            for event in batch:
-                yield event
+    def events(self) -> AsyncIterator[EngineEvent]:
+        """The events one at a time. A plain iterator, not an async generator: a caller that
+        stops early (`break` once every choice is done) leaves nothing for the event loop's
+        async-generator finalizer, which would schedule a task (and a cross-thread wakeup: an
+        eventfd write and read) per request to close it."""
+        return _Events(self)
 
     def __aiter__(self) -> AsyncIterator[list[EngineEvent]]:
         return self
@@ -210,6 +212,29 @@ class EngineStream:
 
 async def _ready(batch: list[EngineEvent]) -> list[EngineEvent]:
     return batch
+
+
+class _Events:
+    """`EngineStream.events`: the events of its batches, in order."""
+
+    __slots__ = ("_at", "_batch", "_stream")
+
+    def __init__(self, stream: EngineStream) -> None:
+        self._stream = stream
+        self._batch: list[EngineEvent] = stream._first or []  # the first batch taken as it is
+        stream._first = None
+        self._at = 0
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> EngineEvent:
+        batch, at = self._batch, self._at
+        while at >= len(batch):
+            batch = await self._stream._agen.__anext__()  # StopAsyncIteration at the end
+            self._batch, at = batch, 0
+        self._at = at + 1
+        return batch[at]
 
 
 async def start_stream(

@@ -76,22 +76,33 @@ def build_generate(runtime: str, req: EngineRequest) -> Any:
 
 
 def vllm_sampling(s: SamplingParams) -> vllm_engine_pb2.SamplingParams:
+    # Only the fields that differ from proto3's zero values are set: none of these has
+    # presence, so a zero is not sent either way, and each keyword set costs ~0.3 µs.
     p = vllm_engine_pb2.SamplingParams(
         top_p=1.0 if s.top_p is None else s.top_p,
-        top_k=0 if s.top_k is None or s.top_k < 0 else s.top_k,
-        min_p=s.min_p or 0.0,
-        frequency_penalty=s.frequency_penalty or 0.0,
-        presence_penalty=s.presence_penalty or 0.0,
         repetition_penalty=1.0 if s.repetition_penalty is None else s.repetition_penalty,
-        min_tokens=s.min_tokens,
-        stop=s.stop,
-        stop_token_ids=s.stop_token_ids,
         skip_special_tokens=s.skip_special_tokens,
         spaces_between_special_tokens=True,
-        ignore_eos=s.ignore_eos,
         n=s.n,
-        include_stop_str_in_output=s.include_stop_str_in_output,
     )
+    if s.top_k is not None and s.top_k > 0:
+        p.top_k = s.top_k
+    if s.min_p:
+        p.min_p = s.min_p
+    if s.frequency_penalty:
+        p.frequency_penalty = s.frequency_penalty
+    if s.presence_penalty:
+        p.presence_penalty = s.presence_penalty
+    if s.min_tokens:
+        p.min_tokens = s.min_tokens
+    if s.stop:
+        p.stop.extend(s.stop)
+    if s.stop_token_ids:
+        p.stop_token_ids.extend(s.stop_token_ids)
+    if s.ignore_eos:
+        p.ignore_eos = True
+    if s.include_stop_str_in_output:
+        p.include_stop_str_in_output = True
     if s.temperature is not None:
         p.temperature = s.temperature
     if s.max_tokens is not None:

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
+from smg_grpc_proto.generated import vllm_engine_pb2
 
 from smg.pipeline.backends.grpc_contract import (
     PROTO_MODULES,
@@ -24,6 +25,7 @@ from smg.pipeline.backends.grpc_requests import (
     build_aborts,
     build_embed,
     build_generate,
+    vllm_sampling,
     wrap_int32,
 )
 from smg.pipeline.engine_types import EngineRequest, SamplingParams
@@ -221,3 +223,52 @@ def test_adapter_and_rank_fields() -> None:
     e = build_embed(SGLANG, "r", [1, 2], "hi", 1)
     assert (e.data_parallel_rank, list(e.tokenized.input_ids)) == (1, [1, 2])
     assert list(build_embed(VLLM, "r", [3], "", 1).tokenized.input_ids) == [3]
+
+
+def _vllm_every_field(s: SamplingParams) -> bytes:
+    """vLLM's SamplingParams with every plain field given, zeros included (the mapping as it
+    was before `vllm_sampling` set only the non-zero ones)."""
+    p = vllm_engine_pb2.SamplingParams(
+        top_p=1.0 if s.top_p is None else s.top_p,
+        top_k=0 if s.top_k is None or s.top_k < 0 else s.top_k,
+        min_p=s.min_p or 0.0,
+        frequency_penalty=s.frequency_penalty or 0.0,
+        presence_penalty=s.presence_penalty or 0.0,
+        repetition_penalty=1.0 if s.repetition_penalty is None else s.repetition_penalty,
+        min_tokens=s.min_tokens,
+        stop=s.stop,
+        stop_token_ids=s.stop_token_ids,
+        skip_special_tokens=s.skip_special_tokens,
+        spaces_between_special_tokens=True,
+        ignore_eos=s.ignore_eos,
+        n=s.n,
+        include_stop_str_in_output=s.include_stop_str_in_output,
+    )
+    if s.temperature is not None:
+        p.temperature = s.temperature
+    if s.max_tokens is not None:
+        p.max_tokens = s.max_tokens
+    if s.logprobs is not None:
+        p.logprobs = s.logprobs
+    if s.seed is not None:
+        p.seed = wrap_int32(s.seed)
+    if s.logit_bias:
+        p.logit_bias.update(dict(s.logit_bias))
+    return bytes(p.SerializeToString(deterministic=True))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        FULL,
+        {"min_p": 0.0, "frequency_penalty": -0.0, "presence_penalty": 0.0, "top_k": 0},
+        {"top_k": -1, "min_tokens": 0, "stop": (), "n": 1, "skip_special_tokens": False},
+        {"temperature": 0.7, "top_p": 0.0, "repetition_penalty": 0.0, "stop": ("",)},
+    ],
+)
+def test_vllm_sampling_bytes_match_the_every_field_mapping(fields: dict[str, Any]) -> None:
+    """Setting only the non-zero plain fields sends the very bytes setting all of them did."""
+    s = SamplingParams(**fields)
+    got = vllm_sampling(s).SerializeToString(deterministic=True)
+    assert got == _vllm_every_field(s)

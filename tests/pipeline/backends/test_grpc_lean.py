@@ -16,8 +16,8 @@ import pytest
 from support.tls_certs import make_pki
 
 from smg.pipeline.backends import hpack
-from smg.pipeline.backends.grpc_errors import CallError
-from smg.pipeline.backends.grpc_lean import LeanChannel
+from smg.pipeline.backends.grpc_errors import CallError, grpc_timeout
+from smg.pipeline.backends.grpc_lean import _TIMEOUT_FIELD, LeanChannel
 from smg.pipeline.backends.h2_frames import (
     DATA,
     FLAG_ACK,
@@ -416,3 +416,11 @@ async def test_connection_refused_is_unavailable() -> None:
         await ch.start(PATH, b"req")
     assert info.value.code == "UNAVAILABLE"
     await ch.close()
+
+
+@pytest.mark.parametrize("timeout_s", [0.0, 0.0004, 1.5, 1799.9996, 99_999.0, 10**9])
+def test_the_timeout_field_is_what_hpack_encode_writes(timeout_s: float) -> None:
+    value = grpc_timeout(timeout_s)
+    field = _TIMEOUT_FIELD + len(value.encode()).to_bytes(1, "big") + value.encode()
+    assert field == hpack.encode((("grpc-timeout", value),))
+    assert hpack.Decoder().decode(field) == [("grpc-timeout", value)]

@@ -145,6 +145,14 @@ def is_loopback_address(addr: str | None) -> bool:
     """127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 (an IPv4-mapped loopback)."""
     if not addr:
         return False
+    return _loopback(addr)
+
+
+# Asked for every request (the peer, and the Host header's name) with a handful of distinct
+# values; `ipaddress` takes ~6 µs to parse one, the cache ~0.1 µs to find it. Bounded: a client
+# can vary its Host header at will.
+@lru_cache(maxsize=1024)
+def _loopback(addr: str) -> bool:
     try:
         ip = ipaddress.ip_address(addr.partition("%")[0])
     except ValueError:

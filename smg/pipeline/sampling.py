@@ -41,6 +41,7 @@ A wrong JSON type is `invalid_type`; null means "not given" for every field.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -67,8 +68,44 @@ MAX_N_CHAT = 10
 MAX_N_COMPLETIONS = 128
 
 
+# Every body field `_sampling_from_openai` reads (tests/pipeline/test_sampling_cache.py checks
+# the list against what it reads).
+SAMPLING_FIELDS = (
+    "temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "top_k", "seed", "n", "min_tokens", "max_tokens",
+    "max_completion_tokens", "logprobs", "top_logprobs", "response_format", "regex", "ebnf",
+    "json_schema", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens",
+    "include_stop_str_in_output", "no_stop_trim", "logit_bias",
+)  # fmt: skip
+_SCALARS = frozenset({str, int, float, bool})
+_KEY_CHARS = 256  # a longer string (a regex, a schema) is validated every time, never kept
+
+
 def sampling_from_openai(body: Mapping[str, Any], *, chat: bool) -> SamplingParams:
     """Validate the sampling fields of a chat (`chat=True`) or completions request body."""
+    given: list[tuple[str, type, Any]] = []
+    get = body.get
+    for name in SAMPLING_FIELDS:
+        value = get(name)
+        if value is not None:
+            kind = type(value)
+            if kind not in _SCALARS or (kind is str and len(value) > _KEY_CHARS):
+                return _sampling_from_openai(body, chat=chat)
+            given.append((name, kind, value))
+    return _from_scalars(chat, tuple(given))
+
+
+# Clients repeat a handful of sampling settings (an SDK's defaults, an app's), and validating
+# them cost ~10 µs a request: the records of bodies whose sampling fields are all scalars are
+# kept, keyed by those fields. The type is in the key so that 1, 1.0 and True (equal in Python)
+# stay apart; a record is frozen, so sharing it is safe; a refused body raises, which is not
+# kept. Bounded: 1,024 records (least recently used out) of short keys.
+@lru_cache(maxsize=1024)
+def _from_scalars(chat: bool, given: tuple[tuple[str, type, Any], ...]) -> SamplingParams:
+    return _sampling_from_openai({name: value for name, _, value in given}, chat=chat)
+
+
+def _sampling_from_openai(body: Mapping[str, Any], *, chat: bool) -> SamplingParams:
     temperature = number_field(body, "temperature", 0.0, 2.0)
     top_p = number_field(body, "top_p", 0.0, 1.0, lo_exclusive=True)
     min_p = number_field(body, "min_p", 0.0, 1.0)

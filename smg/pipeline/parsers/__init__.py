@@ -18,6 +18,7 @@ parser yet resolve to passthrough, so the detection tables may name formats ahea
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Protocol
 
 from smg.pipeline.parsers import reasoning as _r
@@ -189,6 +190,8 @@ REASONING_MODEL_PATTERNS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Asked per request with the request's model (a handful of names): kept, bounded.
+@lru_cache(maxsize=256)
 def detect_tool_parser(model_name: str) -> str:
     """The tool format name for a model (maybe not implemented yet: `tool_parser` falls back)."""
     full = model_name.lower()
@@ -200,6 +203,7 @@ def detect_tool_parser(model_name: str) -> str:
     return TOOL_MODEL_PATTERNS[best] if best else "passthrough"
 
 
+@lru_cache(maxsize=256)
 def detect_reasoning_parser(model_name: str) -> str | None:
     """The reasoning format name for a model, or None if it has no known reasoning markers."""
     lowered = model_name.lower()

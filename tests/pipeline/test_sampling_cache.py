@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.errors import ApiError
 from smg.pipeline import sampling
@@ -34,7 +35,7 @@ def _outcome(fn: Any, body: dict[str, Any], chat: bool) -> object:
         return (err.status, err.code, str(err))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(bodies=st.lists(_bodies, min_size=1, max_size=6), chat=st.booleans())
 def test_kept_records_are_what_the_validator_says(bodies: list[dict[str, Any]], chat: bool) -> None:
     for body in bodies + bodies:  # the second pass meets what the first one kept

@@ -181,8 +181,12 @@ class H1Response:
 
 def headers_of(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
     """Response headers as aiohttp decodes them (UTF-8, undecodable bytes kept)."""
+    # a list, not a generator: CIMultiDict takes one in half the time
     return CIMultiDict(
-        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for k, v in raw
+        [
+            (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+            for k, v in raw
+        ]
     )
 
 

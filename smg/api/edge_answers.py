@@ -6,7 +6,7 @@ edge there is no aiohttp request, so the client is an `EdgeClient`: the few attr
 `StreamResponse.prepare` reads of a request (`method`, `version`, `keep_alive`, `path`, the
 `_payload_writer` it writes through and the `_prepare_hook` it awaits), with an `EdgeWriter` as
 the payload writer that hands the head and the body to `EdgeResponse`, which frames them
-(chunked, keep-alive) itself. A whole answer is never prepared: `send_whole` writes its status,
+(chunked, keep-alive) itself. A whole answer is never prepared: `whole_reply` gives its status,
 headers and body in one piece.
 
 Written against aiohttp 3.14's `StreamResponse._start` / `_prepare_headers` / `_write_headers`
@@ -15,12 +15,12 @@ Written against aiohttp 3.14's `StreamResponse._start` / `_prepare_headers` / `_
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from aiohttp import HttpVersion, HttpVersion10, HttpVersion11, web
 from multidict import CIMultiDict
 
-from smg.edge.exchange import EdgeResponse
+from smg.edge.exchange import EdgeResponse, Reply
 from smg.edge.h1 import RequestHead
 
 # the framing headers are the edge's to write (aiohttp's prepare adds some of them)
@@ -135,8 +135,8 @@ class EdgeClient:
         return 0 if self._writer is None else self._writer.output_size
 
 
-def send_whole(out: EdgeResponse, resp: web.StreamResponse) -> Awaitable[None]:
-    """A whole (unprepared) aiohttp answer, written by the edge: the write, to await."""
+def whole_reply(resp: web.StreamResponse) -> Reply:
+    """A whole (unprepared) aiohttp answer as the edge's `Reply` (the edge writes it)."""
     if not isinstance(resp, web.Response):
         raise TypeError("an unprepared stream is not a whole answer")
     body = resp.body
@@ -149,4 +149,4 @@ def send_whole(out: EdgeResponse, resp: web.StreamResponse) -> Awaitable[None]:
     headers = resp.headers
     if "Content-Type" not in headers and data:
         headers["Content-Type"] = "application/octet-stream"
-    return out.send(resp.status, data, header_block(headers.items()))
+    return Reply(resp.status, data, header_block(headers.items()))

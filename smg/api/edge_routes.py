@@ -29,10 +29,10 @@ from smg import errors, tracing
 from smg.api import requests as rq
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
-from smg.api.edge_answers import EdgeClient, client_headers, send_whole
+from smg.api.edge_answers import EdgeClient, client_headers, whole_reply
 from smg.api.middleware import error_response, traced_route
 from smg.core.auth import JwtCheck, RouteClass, classify
-from smg.edge.exchange import EdgeRequest, EdgeResponse
+from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply
 from smg.flow.admission import Admission
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
@@ -109,7 +109,9 @@ class EdgeRoutes:
         self.rate_check = rate_check
         self.cors = gate.add_cors if gate.core.cors_origins else None
 
-    async def handle(self, req: EdgeRequest, out: EdgeResponse) -> None:
+    def handle(self, req: EdgeRequest, out: EdgeResponse) -> Awaitable[Reply | None]:
+        """The request's answer, to await: a whole one as a `Reply` the edge writes itself, a
+        stream written through `out`. No coroutine of its own when tracing is off."""
         head = req.head
         route = ROUTES.get(head.path) if head.method == b"POST" else None
         if route is None:  # only a request the edge could not hand over comes here
@@ -117,16 +119,20 @@ class EdgeRoutes:
             raise errors.unknown_url(method, path)
         headers = client_headers(head)
         rid = rq.request_id_in(headers) or route.id_prefix + rq.new_request_id()
-        bound = structlog.contextvars.bind_contextvars(request_id=rid)
-        try:
-            if not tracing.enabled():
-                await self._serve(req, out, route, headers, rid)
-                return
-            with traced_route("POST", route.path, headers) as span:
-                status = await self._serve(req, out, route, headers, rid)
-                span.set_attribute("http.response.status_code", status)
-        finally:
-            structlog.contextvars.reset_contextvars(**bound)
+        if not tracing.enabled():
+            return self._serve(req, out, route, headers, rid)
+        return self._traced(req, out, route, headers, rid)
+
+    async def _traced(
+        self,
+        req: EdgeRequest,
+        out: EdgeResponse,
+        route: _Route,
+        headers: CIMultiDict[str],
+        rid: str,
+    ) -> Reply | None:
+        with traced_route("POST", route.path, headers) as span:
+            return await self._serve(req, out, route, headers, rid, span)
 
     async def _serve(
         self,
@@ -135,14 +141,18 @@ class EdgeRoutes:
         route: _Route,
         headers: CIMultiDict[str],
         rid: str,
-    ) -> int:
-        """Answer the request; its status (499: the client left). One coroutine for the whole
-        of it (the checks, the flow's call, the write): each nested one costs a frame a request."""
+        span: Any = None,
+    ) -> Reply | None:
+        """Answer the request: a whole answer returned (the edge writes it), a stream written
+        through `out`. One coroutine for the whole of it (the checks, the flow's call): each
+        nested one costs a frame a request; `span`: the request's server span, if traced."""
+        bound = structlog.contextvars.bind_contextvars(request_id=rid)
         loop_time = asyncio.get_running_loop().time
         start = loop_time()
         log.debug("request_started", method="POST", path=route.path)
         status, code = 500, ""
         hold = _Hold(self.guard)
+        reply: Reply | None = None
         try:
             try:
                 principal = self.gate.decide_parts(
@@ -172,12 +182,12 @@ class EdgeRoutes:
                 resp = await self.flow.serve(request, openai_renderer, cast(web.Request, client))
                 status = resp.status
                 if not resp.prepared:
-                    await self._send(out, resp, headers, rid)
+                    reply = self._reply(resp, headers, rid)
             except errors.ApiError as err:
                 status, code = err.status, err.code
                 if out.started:
                     raise
-                await self._send(out, error_response(err, rid), headers, rid)
+                reply = self._reply(error_response(err, rid), headers, rid)
         except asyncio.CancelledError:
             status, code = 499, ""
             raise
@@ -190,7 +200,7 @@ class EdgeRoutes:
             if out.started:
                 raise
             failed = error_response(errors.internal(type(exc).__name__), rid)
-            await self._send(out, failed, headers, rid)
+            reply = self._reply(failed, headers, rid)
         finally:
             if hold.held:
                 self.guard.budget.release(hold.held)
@@ -198,17 +208,18 @@ class EdgeRoutes:
             took = loop_time() - start
             self.metrics.request_done("POST", route.path, status, code, took)
             log.debug("request_finished", status=status, code=code, ms=round(took * 1e3, 1))
-        return status
+            structlog.contextvars.reset_contextvars(**bound)
+        if span is not None:
+            span.set_attribute("http.response.status_code", status)
+        return reply
 
-    def _send(
-        self, out: EdgeResponse, resp: web.StreamResponse, headers: CIMultiDict[str], rid: str
-    ) -> Awaitable[None]:
-        """The write of a whole answer, to await (no coroutine of its own)."""
+    def _reply(self, resp: web.StreamResponse, headers: CIMultiDict[str], rid: str) -> Reply:
+        """A whole answer as the edge writes it, with its request id and CORS headers."""
         if "X-Request-Id" not in resp.headers:
             resp.headers["X-Request-Id"] = rid
         if self.cors is not None:
             self.cors(headers.get("Origin"), resp)
-        return send_whole(out, resp)
+        return whole_reply(resp)
 
 
 def _host(peer: object) -> str | None:

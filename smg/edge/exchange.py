@@ -47,7 +47,7 @@ class Reply:
 
     status: int
     body: bytes = b""
-    headers: tuple[tuple[bytes, bytes], ...] = JSON
+    headers: Headers = JSON  # bytes: header lines already rendered and checked
 
 
 class EdgeRequest:

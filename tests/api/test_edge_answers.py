@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from smg.api.edge_answers import EdgeClient, send_whole
-from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer
+from smg.api.edge_answers import EdgeClient, header_block, whole_reply
+from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer, Reply
 
 pytestmark = pytest.mark.unit
 
@@ -23,18 +23,16 @@ def _cors(origin: str | None, resp: web.StreamResponse) -> None:
         resp.headers["Access-Control-Allow-Origin"] = origin
 
 
-async def _handler(req: EdgeRequest, out: EdgeResponse) -> None:
+async def _handler(req: EdgeRequest, out: EdgeResponse) -> Reply | None:
     path = req.head.path
     if path == b"/whole":
         resp = web.Response(
             body=b'{"a":1}', status=201, content_type="application/json", headers={"X-A": "1"}
         )
         resp.headers["Content-Length"] = "999"  # a framing header: the edge writes its own
-        await send_whole(out, resp)
-        return
+        return whole_reply(resp)
     if path == b"/text":
-        await send_whole(out, web.Response(text="héllo"))
-        return
+        return whole_reply(web.Response(text="héllo"))
     origin = dict((k.decode(), v.decode()) for k, v in req.head.headers).get("Origin")
     client = EdgeClient(req.head, path.decode(), out, origin, _cors)
     stream = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
@@ -43,6 +41,7 @@ async def _handler(req: EdgeRequest, out: EdgeResponse) -> None:
         await stream.write(b"data: %d\n\n" % i)
     await stream.write_eof(b"data: [DONE]\n\n")
     assert client.output_size == 3 * 9 + 14
+    return None
 
 
 @pytest.fixture
@@ -90,3 +89,12 @@ async def test_an_http10_client_gets_the_stream_until_the_close(url: str) -> Non
     assert head.startswith(b"HTTP/1.1 200")
     assert b"chunked" not in head.lower()
     assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+
+
+def test_header_block_drops_framing_and_refuses_line_breaks() -> None:
+    block = header_block([("X-A", "1"), ("content-length", "9"), ("Connection", "close")])
+    assert block == b"X-A: 1\r\n"
+    assert header_block([("X-B", "caf\udcc3\udca9")]) == b"X-B: caf\xc3\xa9\r\n"  # bytes kept
+    for bad in ("a\r\nX-Evil: 1", "a\nb", "a\rb"):
+        with pytest.raises(ValueError, match="line break"):
+            header_block([("X-A", bad)])

@@ -76,7 +76,11 @@ class _Conn(asyncio.Protocol):
         self.idle_since = 0.0
         self.head: asyncio.Future[H1Response] | None = None
         self.body: Body | None = None
+        # One timer per connection, not per request (uvloop's call_at costs microseconds): armed
+        # at the first exchange's deadline and re-armed only when it fires before the running
+        # exchange's `deadline` (None: no exchange running, the timer does nothing).
         self.timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None
 
     # --- the request -------------------------------------------------------------------------
     def send(self, data: bytes, deadline: float) -> asyncio.Future[H1Response]:
@@ -88,7 +92,12 @@ class _Conn(asyncio.Protocol):
         self.core.expect()
         self.body = None
         self.transport.write(data)
-        self.timer = loop.call_at(deadline, self._expire)
+        self.deadline = deadline
+        timer = self.timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self.timer = loop.call_at(deadline, self._expire)
         return fut
 
     def response_done(self, keep: bool) -> None:
@@ -120,6 +129,14 @@ class _Conn(asyncio.Protocol):
 
     def _expire(self) -> None:
         self.timer = None
+        deadline = self.deadline
+        if deadline is None or self.closed:
+            return  # no exchange running
+        loop = asyncio.get_running_loop()
+        if loop.time() < deadline:  # armed for an earlier exchange: wait for this one's
+            self.timer = loop.call_at(deadline, self._expire)
+            return
+        self.deadline = None
         head, body = self.head, self.body
         if head is not None and not head.done():
             head.set_exception(TimeoutError("no answer from the worker in time"))
@@ -147,7 +164,10 @@ class _Conn(asyncio.Protocol):
         started = core.started
         core.feed_eof()
         self._dispatch()
-        self._end_timer()
+        self.deadline = None
+        if self.timer is not None:  # gone: its timer with it
+            self.timer.cancel()
+            self.timer = None
         head, body = self.head, self.body
         if head is not None and not head.done():
             if not started and self.reused:
@@ -191,9 +211,8 @@ class _Conn(asyncio.Protocol):
                 return
 
     def _end_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        """The exchange is over: its deadline is off (the timer stays for the next one)."""
+        self.deadline = None
 
 
 class H1Client:

@@ -108,6 +108,7 @@ class EdgeRoutes:
         self.max_payload = max_payload
         self.rate_check = rate_check
         self.cors = gate.add_cors if gate.core.cors_origins else None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one requests run in
 
     def handle(self, req: EdgeRequest, out: EdgeResponse) -> Awaitable[Reply | None]:
         """The request's answer, to await: a whole one as a `Reply` the edge writes itself, a
@@ -147,7 +148,10 @@ class EdgeRoutes:
         through `out`. One coroutine for the whole of it (the checks, the flow's call): each
         nested one costs a frame a request; `span`: the request's server span, if traced."""
         bound = structlog.contextvars.bind_contextvars(request_id=rid)
-        loop_time = asyncio.get_running_loop().time
+        loop = self._loop
+        if loop is None or not loop.is_running():  # get_running_loop() costs a getpid() (3.11)
+            loop = self._loop = asyncio.get_running_loop()
+        loop_time = loop.time
         start = loop_time()
         log.debug("request_started", method="POST", path=route.path)
         status, code = 500, ""

@@ -81,10 +81,13 @@ class _Conn(asyncio.Protocol):
         # exchange's `deadline` (None: no exchange running, the timer does nothing).
         self.timer: asyncio.TimerHandle | None = None
         self.deadline: float | None = None
+        # made in the loop's create_connection; kept: get_running_loop() costs a getpid() a
+        # call on Python 3.11
+        self.loop = asyncio.get_running_loop()
 
     # --- the request -------------------------------------------------------------------------
     def send(self, data: bytes, deadline: float) -> asyncio.Future[H1Response]:
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         fut = self.head = loop.create_future()
         if self.closed or self.transport is None:
             fut.set_exception(_Stale())
@@ -132,7 +135,7 @@ class _Conn(asyncio.Protocol):
         deadline = self.deadline
         if deadline is None or self.closed:
             return  # no exchange running
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         if loop.time() < deadline:  # armed for an earlier exchange: wait for this one's
             self.timer = loop.call_at(deadline, self._expire)
             return
@@ -233,6 +236,7 @@ class H1Client:
         self._idle: dict[Key, list[_Conn]] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the last one requests ran in
 
     async def request(
         self,
@@ -244,7 +248,9 @@ class H1Client:
         """Send `data` (one whole request, `h1_client.request_bytes`); return once the answer's
         head is in. The deadline (`timeout_s` from now) bounds the connect, the head and the
         body."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or not loop.is_running():  # the running one, without a getpid() a call
+            loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         for fresh in (False, True):
             conn = None if fresh else self._take(target.key, loop.time())
@@ -303,7 +309,7 @@ class H1Client:
         if self._closed or len(idle) >= self.max_idle:
             conn.close()
             return
-        loop = asyncio.get_running_loop()
+        loop = conn.loop
         conn.idle_since = loop.time()
         idle.append(conn)
         if self._sweep is None:

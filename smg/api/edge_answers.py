@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from aiohttp import HttpVersion, HttpVersion10, HttpVersion11, web
 from multidict import CIMultiDict
 
+from smg.core.headers import decoded
 from smg.edge.exchange import EdgeResponse, Reply
 from smg.edge.h1 import RequestHead
 
@@ -31,13 +32,7 @@ PrepareHook = Callable[[str | None, web.StreamResponse], None]
 
 def client_headers(head: RequestHead) -> CIMultiDict[str]:
     """The request's headers as aiohttp decodes them (UTF-8, undecodable bytes kept)."""
-    # a list, not a generator: CIMultiDict takes one in half the time
-    return CIMultiDict(
-        [
-            (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
-            for k, v in head.headers
-        ]
-    )
+    return decoded(head.headers)
 
 
 def header_block(headers: Iterable[tuple[str, str]]) -> bytes:

@@ -62,23 +62,17 @@ ROUTES = {
 }
 
 
-class _Hold:
-    """The request's body-budget grant (`rq.BodyHolder`), given back when its answer ended."""
+class _Read:
+    """One request's body as the budgeted readers take it: the holder of its body-budget grant
+    (`rq.BodyHolder`, given back when its answer ended) and the edge's body reader
+    (`rq.BodyContent`), one object for both."""
 
-    __slots__ = ("body_reader", "guard", "held")
+    __slots__ = ("body_reader", "guard", "held", "req")
 
-    def __init__(self, guard: ConnectionGuard) -> None:
+    def __init__(self, guard: ConnectionGuard, req: EdgeRequest) -> None:
         self.guard = guard
         self.held = 0
         self.body_reader: Any = None
-
-
-class _Body:
-    """The edge's body reader as the budgeted readers take it (`rq.BodyContent`)."""
-
-    __slots__ = ("req",)
-
-    def __init__(self, req: EdgeRequest) -> None:
         self.req = req
 
     async def readany(self) -> bytes:
@@ -155,7 +149,7 @@ class EdgeRoutes:
         start = loop_time()
         log.debug("request_started", method="POST", path=route.path)
         status, code = 500, ""
-        hold = _Hold(self.guard)
+        hold = _Read(self.guard, req)
         reply: Reply | None = None
         try:
             try:
@@ -172,7 +166,7 @@ class EdgeRoutes:
                 length = head.content_length
                 if length is not None and length > limit:
                     raise errors.payload_too_large(limit)
-                raw = await rq.read_budgeted(hold, _Body(req), length, limit)
+                raw = await rq.read_budgeted(hold, hold, length, limit)
                 body = rq.parse_object(raw)
                 model = rq.require_model(body)
                 sampling = route.check(body)

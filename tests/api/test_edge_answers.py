@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from smg.api.edge_answers import EdgeClient, header_block, whole_reply
+from smg.api.edge_answers import EdgeClient, client_headers, header_block, whole_reply
+from smg.edge.h1 import RequestHead
 from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer, Reply
 
 pytestmark = pytest.mark.unit
@@ -98,3 +99,16 @@ def test_header_block_drops_framing_and_refuses_line_breaks() -> None:
     for bad in ("a\r\nX-Evil: 1", "a\nb", "a\rb"):
         with pytest.raises(ValueError, match="line break"):
             header_block([("X-A", bad)])
+
+
+def test_client_headers_decode_utf8_and_keep_undecodable_bytes() -> None:
+    raw = [(b"Content-Type", b"application/json"), (b"X-\xff", b"caf\xc3\xa9 \xff")]
+    head = RequestHead(b"POST", b"/v1/completions", "1.1", raw, True, False, 2)
+    headers = client_headers(head)
+    assert list(headers.items()) == [
+        ("Content-Type", "application/json"),
+        ("X-\udcff", "café \udcff"),
+    ]
+    assert headers["content-type"] == "application/json"  # case-insensitive, as aiohttp's
+    ascii_only = client_headers(RequestHead(b"POST", b"/", "1.1", raw[:1], True, False, 2))
+    assert list(ascii_only.items()) == [("Content-Type", "application/json")]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,6 +42,10 @@ from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.output import openai_renderer
 
 log = structlog.get_logger("smg.gateway")
+# structlog's context variable for `request_id` (bind_contextvars makes one per key, and its
+# token names it): set and reset directly, without building bind's and reset's dicts a request
+_RID: ContextVar[Any] = structlog.contextvars.bind_contextvars(request_id=None)["request_id"].var
+structlog.contextvars.unbind_contextvars("request_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +146,7 @@ class EdgeRoutes:
         """Answer the request: a whole answer returned (the edge writes it), a stream written
         through `out`. One coroutine for the whole of it (the checks, the flow's call): each
         nested one costs a frame a request; `span`: the request's server span, if traced."""
-        bound = structlog.contextvars.bind_contextvars(request_id=rid)
+        bound = _RID.set(rid)  # structlog's `request_id` for every log line of the request
         loop = self._loop
         if loop is None or not loop.is_running():  # get_running_loop() costs a getpid() (3.11)
             loop = self._loop = asyncio.get_running_loop()
@@ -206,7 +211,7 @@ class EdgeRoutes:
             took = loop_time() - start
             self.metrics.request_done("POST", route.path, status, code, took)
             log.debug("request_finished", status=status, code=code, ms=round(took * 1e3, 1))
-            structlog.contextvars.reset_contextvars(**bound)
+            _RID.reset(bound)
         if span is not None:
             span.set_attribute("http.response.status_code", status)
         return reply

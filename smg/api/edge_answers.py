@@ -6,7 +6,7 @@ edge there is no aiohttp request, so the client is an `EdgeClient`: the few attr
 `StreamResponse.prepare` reads of a request (`method`, `version`, `keep_alive`, `path`, the
 `_payload_writer` it writes through and the `_prepare_hook` it awaits), with an `EdgeWriter` as
 the payload writer that hands the head and the body to `EdgeResponse`, which frames them
-(chunked, keep-alive) itself. A whole answer is never prepared: `send_whole` writes its status,
+(chunked, keep-alive) itself. A whole answer is never prepared: `whole_reply` gives its status,
 headers and body in one piece.
 
 Written against aiohttp 3.14's `StreamResponse._start` / `_prepare_headers` / `_write_headers`
@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from aiohttp import HttpVersion, HttpVersion10, HttpVersion11, web
 from multidict import CIMultiDict
 
-from smg.edge.exchange import EdgeResponse
+from smg.core.headers import decoded
+from smg.edge.exchange import EdgeResponse, Reply
 from smg.edge.h1 import RequestHead
 
 # the framing headers are the edge's to write (aiohttp's prepare adds some of them)
@@ -31,10 +32,17 @@ PrepareHook = Callable[[str | None, web.StreamResponse], None]
 
 def client_headers(head: RequestHead) -> CIMultiDict[str]:
     """The request's headers as aiohttp decodes them (UTF-8, undecodable bytes kept)."""
-    return CIMultiDict(
-        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
-        for k, v in head.headers
-    )
+    return decoded(head.headers)
+
+
+def header_block(headers: Iterable[tuple[str, str]]) -> bytes:
+    """`wire_headers` rendered at once as the edge's header lines (`ResponseWriter` takes the
+    bytes as they are): one string, encoded once, checked for line breaks once."""
+    lines = [f"{k}: {v}\r\n" for k, v in headers if k.lower() not in _FRAMING]
+    text = "".join(lines)
+    if text.count("\n") != len(lines) or text.count("\r") != len(lines):
+        raise ValueError("a response header holds a line break")
+    return text.encode("utf-8", "surrogateescape")
 
 
 def wire_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
@@ -86,7 +94,7 @@ class EdgeWriter:
 class EdgeClient:
     """The client's request as the flow's `web.StreamResponse.prepare` sees it on the edge."""
 
-    __slots__ = ("_hook", "_payload_writer", "keep_alive", "method", "origin", "path", "version")
+    __slots__ = ("_hook", "_out", "_writer", "keep_alive", "method", "origin", "path", "version")
 
     def __init__(
         self,
@@ -96,11 +104,13 @@ class EdgeClient:
         origin: str | None,
         hook: PrepareHook | None,
     ) -> None:
-        self.method = head.method.decode("ascii")
+        method = head.method
+        self.method = "POST" if method == b"POST" else method.decode("ascii")
         self.path = path
         self.version: HttpVersion = HttpVersion11 if head.version == "1.1" else HttpVersion10
         self.keep_alive = head.keep_alive
-        self._payload_writer = EdgeWriter(out)
+        self._out = out
+        self._writer: EdgeWriter | None = None  # made when a stream is prepared, not per request
         self.origin = origin  # the client's Origin header, for CORS
         self._hook = hook
 
@@ -109,12 +119,19 @@ class EdgeClient:
             self._hook(self.origin, response)
 
     @property
+    def _payload_writer(self) -> EdgeWriter:
+        writer = self._writer
+        if writer is None:
+            writer = self._writer = EdgeWriter(self._out)
+        return writer
+
+    @property
     def output_size(self) -> int:
-        return self._payload_writer.output_size
+        return 0 if self._writer is None else self._writer.output_size
 
 
-async def send_whole(out: EdgeResponse, resp: web.StreamResponse) -> None:
-    """A whole (unprepared) aiohttp answer, written by the edge."""
+def whole_reply(resp: web.StreamResponse) -> Reply:
+    """A whole (unprepared) aiohttp answer as the edge's `Reply` (the edge writes it)."""
     if not isinstance(resp, web.Response):
         raise TypeError("an unprepared stream is not a whole answer")
     body = resp.body
@@ -127,4 +144,4 @@ async def send_whole(out: EdgeResponse, resp: web.StreamResponse) -> None:
     headers = resp.headers
     if "Content-Type" not in headers and data:
         headers["Content-Type"] = "application/octet-stream"
-    await out.send(resp.status, data, tuple(wire_headers(headers.items())))
+    return Reply(resp.status, data, header_block(headers.items()))

@@ -17,7 +17,8 @@ Why: aiohttp's server alone costs about what the Rust gateway spends on a whole 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -29,10 +30,10 @@ from smg import errors, tracing
 from smg.api import requests as rq
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
-from smg.api.edge_answers import EdgeClient, client_headers, send_whole
+from smg.api.edge_answers import EdgeClient, client_headers, whole_reply
 from smg.api.middleware import error_response, traced_route
 from smg.core.auth import JwtCheck, RouteClass, classify
-from smg.edge.exchange import EdgeRequest, EdgeResponse
+from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply
 from smg.flow.admission import Admission
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
@@ -41,6 +42,10 @@ from smg.pipeline.engine_types import SamplingParams
 from smg.pipeline.output import openai_renderer
 
 log = structlog.get_logger("smg.gateway")
+# structlog's context variable for `request_id` (bind_contextvars makes one per key, and its
+# token names it): set and reset directly, without building bind's and reset's dicts a request
+_RID: ContextVar[Any] = structlog.contextvars.bind_contextvars(request_id=None)["request_id"].var
+structlog.contextvars.unbind_contextvars("request_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,23 +67,17 @@ ROUTES = {
 }
 
 
-class _Hold:
-    """The request's body-budget grant (`rq.BodyHolder`), given back when its answer ended."""
+class _Read:
+    """One request's body as the budgeted readers take it: the holder of its body-budget grant
+    (`rq.BodyHolder`, given back when its answer ended) and the edge's body reader
+    (`rq.BodyContent`), one object for both."""
 
-    __slots__ = ("body_reader", "guard", "held")
+    __slots__ = ("body_reader", "guard", "held", "req")
 
-    def __init__(self, guard: ConnectionGuard) -> None:
+    def __init__(self, guard: ConnectionGuard, req: EdgeRequest) -> None:
         self.guard = guard
         self.held = 0
         self.body_reader: Any = None
-
-
-class _Body:
-    """The edge's body reader as the budgeted readers take it (`rq.BodyContent`)."""
-
-    __slots__ = ("req",)
-
-    def __init__(self, req: EdgeRequest) -> None:
         self.req = req
 
     async def readany(self) -> bytes:
@@ -108,8 +107,11 @@ class EdgeRoutes:
         self.max_payload = max_payload
         self.rate_check = rate_check
         self.cors = gate.add_cors if gate.core.cors_origins else None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one requests run in
 
-    async def handle(self, req: EdgeRequest, out: EdgeResponse) -> None:
+    def handle(self, req: EdgeRequest, out: EdgeResponse) -> Awaitable[Reply | None]:
+        """The request's answer, to await: a whole one as a `Reply` the edge writes itself, a
+        stream written through `out`. No coroutine of its own when tracing is off."""
         head = req.head
         route = ROUTES.get(head.path) if head.method == b"POST" else None
         if route is None:  # only a request the edge could not hand over comes here
@@ -117,16 +119,20 @@ class EdgeRoutes:
             raise errors.unknown_url(method, path)
         headers = client_headers(head)
         rid = rq.request_id_in(headers) or route.id_prefix + rq.new_request_id()
-        bound = structlog.contextvars.bind_contextvars(request_id=rid)
-        try:
-            if not tracing.enabled():
-                await self._serve(req, out, route, headers, rid)
-                return
-            with traced_route("POST", route.path, headers) as span:
-                status = await self._serve(req, out, route, headers, rid)
-                span.set_attribute("http.response.status_code", status)
-        finally:
-            structlog.contextvars.reset_contextvars(**bound)
+        if not tracing.enabled():
+            return self._serve(req, out, route, headers, rid)
+        return self._traced(req, out, route, headers, rid)
+
+    async def _traced(
+        self,
+        req: EdgeRequest,
+        out: EdgeResponse,
+        route: _Route,
+        headers: CIMultiDict[str],
+        rid: str,
+    ) -> Reply | None:
+        with traced_route("POST", route.path, headers) as span:
+            return await self._serve(req, out, route, headers, rid, span)
 
     async def _serve(
         self,
@@ -135,24 +141,56 @@ class EdgeRoutes:
         route: _Route,
         headers: CIMultiDict[str],
         rid: str,
-    ) -> int:
-        """Answer the request; its status (499: the client left)."""
-        loop_time = asyncio.get_running_loop().time
+        span: Any = None,
+    ) -> Reply | None:
+        """Answer the request: a whole answer returned (the edge writes it), a stream written
+        through `out`. One coroutine for the whole of it (the checks, the flow's call): each
+        nested one costs a frame a request; `span`: the request's server span, if traced."""
+        bound = _RID.set(rid)  # structlog's `request_id` for every log line of the request
+        loop = self._loop
+        if loop is None or not loop.is_running():  # get_running_loop() costs a getpid() (3.11)
+            loop = self._loop = asyncio.get_running_loop()
+        loop_time = loop.time
         start = loop_time()
         log.debug("request_started", method="POST", path=route.path)
         status, code = 500, ""
-        hold = _Hold(self.guard)
+        hold = _Read(self.guard, req)
+        reply: Reply | None = None
         try:
             try:
-                resp = await self._answer(req, out, route, headers, rid, hold)
+                principal = self.gate.decide_parts(
+                    route.cls, "POST", headers, lambda: _host(req.peer)
+                )
+                if isinstance(principal, JwtCheck):
+                    principal = await self.gate.verify(principal)
+                if self.admission.draining:
+                    raise errors.draining()
+                if self.rate_check is not None:
+                    self.rate_check(principal.tenant)
+                head, limit = req.head, self.max_payload
+                length = head.content_length
+                if length is not None and length > limit:
+                    raise errors.payload_too_large(limit)
+                raw = await rq.read_budgeted(hold, hold, length, limit)
+                body = rq.parse_object(raw)
+                model = rq.require_model(body)
+                sampling = route.check(body)
+                request = rq.build_request(
+                    headers, principal, rid, route.kind, route.path, raw, body, model, sampling,
+                    route.id_prefix,
+                )  # fmt: skip
+                client = EdgeClient(head, route.path, out, headers.get("Origin"), self.cors)
+                # the flow prepares its streams against the client: EdgeClient has what aiohttp
+                # reads
+                resp = await self.flow.serve(request, openai_renderer, cast(web.Request, client))
                 status = resp.status
                 if not resp.prepared:
-                    await self._send(out, resp, headers, rid)
+                    reply = self._reply(resp, headers, rid)
             except errors.ApiError as err:
                 status, code = err.status, err.code
                 if out.started:
                     raise
-                await self._send(out, error_response(err, rid), headers, rid)
+                reply = self._reply(error_response(err, rid), headers, rid)
         except asyncio.CancelledError:
             status, code = 499, ""
             raise
@@ -165,7 +203,7 @@ class EdgeRoutes:
             if out.started:
                 raise
             failed = error_response(errors.internal(type(exc).__name__), rid)
-            await self._send(out, failed, headers, rid)
+            reply = self._reply(failed, headers, rid)
         finally:
             if hold.held:
                 self.guard.budget.release(hold.held)
@@ -173,48 +211,18 @@ class EdgeRoutes:
             took = loop_time() - start
             self.metrics.request_done("POST", route.path, status, code, took)
             log.debug("request_finished", status=status, code=code, ms=round(took * 1e3, 1))
-        return status
+            _RID.reset(bound)
+        if span is not None:
+            span.set_attribute("http.response.status_code", status)
+        return reply
 
-    async def _answer(
-        self,
-        req: EdgeRequest,
-        out: EdgeResponse,
-        route: _Route,
-        headers: CIMultiDict[str],
-        rid: str,
-        hold: _Hold,
-    ) -> web.StreamResponse:
-        principal = self.gate.decide_parts(route.cls, "POST", headers, lambda: _host(req.peer))
-        if isinstance(principal, JwtCheck):
-            principal = await self.gate.verify(principal)
-        if self.admission.draining:
-            raise errors.draining()
-        if self.rate_check is not None:
-            self.rate_check(principal.tenant)
-        head, limit = req.head, self.max_payload
-        length = head.content_length
-        if length is not None and length > limit:
-            raise errors.payload_too_large(limit)
-        raw = await rq.read_budgeted(hold, _Body(req), length, limit)
-        body = rq.parse_object(raw)
-        model = rq.require_model(body)
-        sampling = route.check(body)
-        request = rq.build_request(
-            headers, principal, rid, route.kind, route.path, raw, body, model, sampling,
-            route.id_prefix,
-        )  # fmt: skip
-        client = EdgeClient(head, route.path, out, headers.get("Origin"), self.cors)
-        # the flow prepares its streams against the client: EdgeClient has what aiohttp reads
-        return await self.flow.serve(request, openai_renderer, cast(web.Request, client))
-
-    async def _send(
-        self, out: EdgeResponse, resp: web.StreamResponse, headers: CIMultiDict[str], rid: str
-    ) -> None:
+    def _reply(self, resp: web.StreamResponse, headers: CIMultiDict[str], rid: str) -> Reply:
+        """A whole answer as the edge writes it, with its request id and CORS headers."""
         if "X-Request-Id" not in resp.headers:
             resp.headers["X-Request-Id"] = rid
         if self.cors is not None:
             self.cors(headers.get("Origin"), resp)
-        await send_whole(out, resp)
+        return whole_reply(resp)
 
 
 def _host(peer: object) -> str | None:

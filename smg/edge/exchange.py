@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from smg.edge.h1 import Body, End, H1Connection, ProtocolError, RequestHead
-from smg.edge.h1_write import ResponseWriter
+from smg.edge.h1_write import Headers, ResponseWriter
 from smg.errors import ApiError
 
 
@@ -47,7 +47,7 @@ class Reply:
 
     status: int
     body: bytes = b""
-    headers: tuple[tuple[bytes, bytes], ...] = JSON
+    headers: Headers = JSON  # bytes: header lines already rendered and checked
 
 
 class EdgeRequest:
@@ -113,9 +113,7 @@ class EdgeResponse:
     def started(self) -> bool:
         return self._conn.response.started
 
-    async def send(
-        self, status: int, body: bytes, headers: tuple[tuple[bytes, bytes], ...] = JSON
-    ) -> None:
+    async def send(self, status: int, body: bytes, headers: Headers = JSON) -> None:
         conn = self._conn
         conn.before_head()
         conn.transport.write(conn.response.whole(status, headers, body))

@@ -20,9 +20,15 @@ _BLOCKS: dict[tuple[tuple[bytes, bytes], ...], bytes] = {}  # checked header tup
 _BLOCKS_MAX = 256
 
 
-def _header_block(headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...]) -> bytes:
+Headers = list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...] | bytes
+
+
+def _header_block(headers: Headers) -> bytes:
     """`headers` as wire lines, refusing framing headers (the writer's) and line breaks. A
-    tuple is checked once and remembered (most responses reuse a constant one)."""
+    tuple is checked once and remembered (most responses reuse a constant one); bytes are lines
+    the caller rendered and checked already (smg.api.edge_answers.header_block)."""
+    if isinstance(headers, bytes):
+        return headers
     cached = type(headers) is tuple and _BLOCKS.get(headers)
     if cached:
         return cached
@@ -66,7 +72,7 @@ class ResponseWriter:
     def head(
         self,
         status: int,
-        headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...] = (),
+        headers: Headers = (),
         content_length: int | None = None,
     ) -> bytes:
         if self.started:
@@ -127,7 +133,7 @@ class ResponseWriter:
     def whole(
         self,
         status: int,
-        headers: list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...],
+        headers: Headers,
         body: bytes,
     ) -> bytes:
         """Head, body and end in one buffer (one write for a whole response)."""

@@ -112,9 +112,13 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
         if self._lingering or self.handed:
             return  # closing: late input is dropped
         self.rx += len(data)
-        if self._timer_kind == _IDLE:
-            self._set_timer(_HEADER, self.timeouts.header)  # the first byte of a new request
+        idle = self._timer_kind == _IDLE
         self._take(data)
+        # The first bytes of a new request: the head's deadline runs from now, unless the head
+        # is already whole (the usual case: its request has started, and no timer call was
+        # made: uvloop's call_at costs microseconds; the idle timer just fires early, unarmed).
+        if idle and self._timer_kind == _IDLE and not (self._lingering or self.handed):
+            self._set_timer(_HEADER, self.timeouts.header)
 
     def _take(self, data: bytes) -> None:
         if self.prefix is not None:  # a hand-over is possible: route at request boundaries

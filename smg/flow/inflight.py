@@ -15,12 +15,13 @@ from typing import Any
 
 
 class InFlight:
-    __slots__ = ("_empty", "tasks")
+    __slots__ = ("_empty", "_loop", "tasks")
 
     def __init__(self) -> None:
         self.tasks: dict[asyncio.Task[Any], float] = {}  # task -> when it was admitted
         self._empty = asyncio.Event()
         self._empty.set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one requests run in
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -28,7 +29,10 @@ class InFlight:
     def add(self, now: float) -> asyncio.Task[Any]:
         """Register the running task (the request's handler), admitted at `now`; `remove` it
         when it is done."""
-        task = asyncio.current_task()
+        loop = self._loop
+        if loop is None or not loop.is_running():  # get_running_loop() costs a getpid() (3.11)
+            loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         assert task is not None, "a request runs in a task"
         self.tasks[task] = now
         if len(self.tasks) == 1:

@@ -17,7 +17,8 @@ Any other outcome is the worker's. Client-facing errors name no worker; the log 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import aiohttp
 import structlog
@@ -95,16 +96,17 @@ class HttpRelay:
         self.runner = runner
         self.backend = backend
 
-    async def answer(
+    def answer(
         self,
         client: web.Request,
         attempt: Attempt[H1Response],
         request_id: str,
         stream: bool,
-    ) -> web.StreamResponse:
+    ) -> Coroutine[Any, Any, web.StreamResponse]:
+        """The answer's relay, to await (no frame of its own on the request's path)."""
         if stream and is_event_stream(attempt.response):
-            return await self.stream(client, attempt, request_id)
-        return await self.whole(attempt, request_id)  # size-capped, whatever the client asked
+            return self.stream(client, attempt, request_id)
+        return self.whole(attempt, request_id)  # size-capped, whatever the client asked
 
     async def whole(self, attempt: Attempt[H1Response], request_id: str) -> web.Response:
         upstream = attempt.response

@@ -77,63 +77,66 @@ class Flow:
         self, req: Request, render_with: RenderFactory, client: web.Request
     ) -> web.StreamResponse:
         """The client's answer to `req`; `render_with` makes the surface's renderer for an
-        engine's events. Client-facing failures raise `ApiError`."""
-        if self.metrics is None:
-            return await self._serve(req, render_with, client)
-        now = self.runner.clock.now
-        probe = RequestProbe(now, ENDPOINTS.get(client.path, "other"), req.stream)
-        token = CURRENT.set(probe)
+        engine's events. Client-facing failures raise `ApiError`. One coroutine for the whole
+        run (a nested one costs a frame on every resume)."""
+        metrics = self.metrics
+        clock = self.runner.clock
+        probe: RequestProbe | None = None
+        if metrics is not None:
+            probe = RequestProbe(clock.now, ENDPOINTS.get(client.path, "other"), req.stream)
+            token = CURRENT.set(probe)
         status: int | None = 502  # an exception that is not an ApiError: counted as a failure
         try:
-            resp = await self._serve(req, render_with, client)
+            req = self.canonical(req)
+            candidates = self.runner.candidates(req.model)  # unknown model: 404 before a permit
+            if req.kind in HTTP_ONLY_KINDS:
+                http_only(req, candidates)
+            tokens = token_mode(req, candidates)
+            sampling = self.preparer.check(req) if tokens else None
+            inputs = self.embedder.check(req) if wants_engines(req, candidates) else None
+            if probe is not None:
+                engines = tokens or inputs is not None
+                label(probe, req.model, candidates, engines=engines, pd=self.pd)
+            raw = engine_body(req.raw, req.body, req.engine_id)
+            tracing.annotate("gen_ai.request.model", req.model)
+            with tracing.stage("queueing"):
+                await self.admission.acquire()
+            task = self.inflight.add(clock.now())
+            try:
+                if inputs is not None:
+                    resp = await self.embedder.serve(client, req, raw, inputs, candidates)
+                elif sampling is not None:
+                    began = clock.now()
+                    with tracing.stage("template_tokenize"):
+                        prepared = await self.preparer.prepare(req, sampling, candidates)
+                    if probe is not None:
+                        probe.prepare_s = clock.now() - began
+                    route = self.preparer.route(req, prepared)
+                    if self.grpc_pd is not None:
+                        resp = await self.grpc_pd.serve(client, req, prepared, route, render_with)
+                    else:
+                        resp = await self.single.serve(
+                            client, req, raw, route, prepared, render_with
+                        )
+                else:
+                    route = self.preparer.route(req, None)
+                    if self.http_pd is not None:
+                        resp = await self.http_pd.serve(client, req, route, candidates, render_with)
+                    else:
+                        resp = await self.single.serve(client, req, raw, route, None, render_with)
+            finally:
+                self.inflight.remove(task)
+                self.admission.release()
             status = None
             return resp
         except errors.ApiError as err:
             status = err.status
             raise
         finally:
-            CURRENT.reset(token)
-            self.metrics.done(probe, now(), status)
-
-    async def _serve(
-        self, req: Request, render_with: RenderFactory, client: web.Request
-    ) -> web.StreamResponse:
-        req = self.canonical(req)
-        probe = CURRENT.get()
-        candidates = self.runner.candidates(req.model)  # unknown model: 404 before a permit
-        if req.kind in HTTP_ONLY_KINDS:
-            http_only(req, candidates)
-        tokens = token_mode(req, candidates)
-        sampling = self.preparer.check(req) if tokens else None
-        inputs = self.embedder.check(req) if wants_engines(req, candidates) else None
-        if probe is not None:
-            label(probe, req.model, candidates, engines=tokens or inputs is not None, pd=self.pd)
-        raw = engine_body(req.raw, req.body, req.engine_id)
-        tracing.annotate("gen_ai.request.model", req.model)
-        with tracing.stage("queueing"):
-            await self.admission.acquire()
-        clock = self.runner.clock
-        task = self.inflight.add(clock.now())
-        try:
-            if inputs is not None:
-                return await self.embedder.serve(client, req, raw, inputs, candidates)
-            if sampling is not None:
-                began = clock.now()
-                with tracing.stage("template_tokenize"):
-                    prepared = await self.preparer.prepare(req, sampling, candidates)
-                if probe is not None:
-                    probe.prepare_s = clock.now() - began
-                route = self.preparer.route(req, prepared)
-                if self.grpc_pd is not None:
-                    return await self.grpc_pd.serve(client, req, prepared, route, render_with)
-                return await self.single.serve(client, req, raw, route, prepared, render_with)
-            route = self.preparer.route(req, None)
-            if self.http_pd is not None:
-                return await self.http_pd.serve(client, req, route, candidates, render_with)
-            return await self.single.serve(client, req, raw, route, None, render_with)
-        finally:
-            self.inflight.remove(task)
-            self.admission.release()
+            if probe is not None:
+                assert metrics is not None
+                CURRENT.reset(token)
+                metrics.done(probe, clock.now(), status)
 
     @property
     def pd(self) -> bool:

@@ -77,6 +77,7 @@ SAMPLING_FIELDS = (
     "json_schema", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens",
     "include_stop_str_in_output", "no_stop_trim", "logit_bias",
 )  # fmt: skip
+_FIELD_SET = frozenset(SAMPLING_FIELDS)
 _SCALARS = frozenset({str, int, float, bool})
 _KEY_CHARS = 256  # a longer string (a regex, a schema) is validated every time, never kept
 
@@ -84,14 +85,14 @@ _KEY_CHARS = 256  # a longer string (a regex, a schema) is validated every time,
 def sampling_from_openai(body: Mapping[str, Any], *, chat: bool) -> SamplingParams:
     """Validate the sampling fields of a chat (`chat=True`) or completions request body."""
     given: list[tuple[str, type, Any]] = []
-    get = body.get
-    for name in SAMPLING_FIELDS:
-        value = get(name)
-        if value is not None:
+    for name, value in body.items():  # the fields present (a body has a few), not all 25
+        if value is not None and name in _FIELD_SET:
             kind = type(value)
             if kind not in _SCALARS or (kind is str and len(value) > _KEY_CHARS):
                 return _sampling_from_openai(body, chat=chat)
             given.append((name, kind, value))
+    if len(given) > 1:
+        given.sort()  # one record whatever order the client wrote its fields in
     return _from_scalars(chat, tuple(given))
 
 

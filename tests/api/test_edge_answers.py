@@ -12,8 +12,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from smg.api.edge_answers import EdgeClient, send_whole
-from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer
+from smg.api.edge_answers import EdgeClient, client_headers, header_block, whole_reply
+from smg.edge.h1 import RequestHead
+from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer, Reply
 
 pytestmark = pytest.mark.unit
 
@@ -23,18 +24,16 @@ def _cors(origin: str | None, resp: web.StreamResponse) -> None:
         resp.headers["Access-Control-Allow-Origin"] = origin
 
 
-async def _handler(req: EdgeRequest, out: EdgeResponse) -> None:
+async def _handler(req: EdgeRequest, out: EdgeResponse) -> Reply | None:
     path = req.head.path
     if path == b"/whole":
         resp = web.Response(
             body=b'{"a":1}', status=201, content_type="application/json", headers={"X-A": "1"}
         )
         resp.headers["Content-Length"] = "999"  # a framing header: the edge writes its own
-        await send_whole(out, resp)
-        return
+        return whole_reply(resp)
     if path == b"/text":
-        await send_whole(out, web.Response(text="héllo"))
-        return
+        return whole_reply(web.Response(text="héllo"))
     origin = dict((k.decode(), v.decode()) for k, v in req.head.headers).get("Origin")
     client = EdgeClient(req.head, path.decode(), out, origin, _cors)
     stream = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
@@ -43,6 +42,7 @@ async def _handler(req: EdgeRequest, out: EdgeResponse) -> None:
         await stream.write(b"data: %d\n\n" % i)
     await stream.write_eof(b"data: [DONE]\n\n")
     assert client.output_size == 3 * 9 + 14
+    return None
 
 
 @pytest.fixture
@@ -90,3 +90,25 @@ async def test_an_http10_client_gets_the_stream_until_the_close(url: str) -> Non
     assert head.startswith(b"HTTP/1.1 200")
     assert b"chunked" not in head.lower()
     assert body == b"data: 0\n\ndata: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+
+
+def test_header_block_drops_framing_and_refuses_line_breaks() -> None:
+    block = header_block([("X-A", "1"), ("content-length", "9"), ("Connection", "close")])
+    assert block == b"X-A: 1\r\n"
+    assert header_block([("X-B", "caf\udcc3\udca9")]) == b"X-B: caf\xc3\xa9\r\n"  # bytes kept
+    for bad in ("a\r\nX-Evil: 1", "a\nb", "a\rb"):
+        with pytest.raises(ValueError, match="line break"):
+            header_block([("X-A", bad)])
+
+
+def test_client_headers_decode_utf8_and_keep_undecodable_bytes() -> None:
+    raw = [(b"Content-Type", b"application/json"), (b"X-\xff", b"caf\xc3\xa9 \xff")]
+    head = RequestHead(b"POST", b"/v1/completions", "1.1", raw, True, False, 2)
+    headers = client_headers(head)
+    assert list(headers.items()) == [
+        ("Content-Type", "application/json"),
+        ("X-\udcff", "café \udcff"),
+    ]
+    assert headers["content-type"] == "application/json"  # case-insensitive, as aiohttp's
+    ascii_only = client_headers(RequestHead(b"POST", b"/", "1.1", raw[:1], True, False, 2))
+    assert list(ascii_only.items()) == [("Content-Type", "application/json")]

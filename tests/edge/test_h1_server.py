@@ -208,6 +208,27 @@ async def test_a_slow_header_sender_gets_408_and_the_close(
     assert 0.4 < elapsed < 2.5  # header timeout 0.5 s, though a byte came every 0.1 s
 
 
+async def test_a_slow_second_head_on_a_kept_connection_gets_408(
+    app_server: tuple[App, EdgeServer],
+) -> None:
+    """The head timer is armed only when a request's first bytes do not hold its whole head:
+    a whole head (the first request) starts at once, a partial one after it is still timed."""
+    _, server = app_server
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+    first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
+    assert first.startswith(b"HTTP/1.1 200")
+    length = int(first.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    await reader.readexactly(length)
+    started = time.monotonic()
+    writer.write(b"GET /hello HTTP/1.1\r\nHost: t\r\n")  # and never the blank line
+    out = await asyncio.wait_for(reader.read(-1), 4)
+    elapsed = time.monotonic() - started
+    writer.close()
+    assert out.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert 0.4 < elapsed < 2.5  # header timeout 0.5 s; the idle one (5 s) would be too late
+
+
 async def test_an_idle_connection_is_closed_quietly(app_server: tuple[App, EdgeServer]) -> None:
     _, server = app_server
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)

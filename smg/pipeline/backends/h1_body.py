@@ -21,6 +21,8 @@ import aiohttp
 import orjson
 from multidict import CIMultiDict
 
+from smg.core.headers import decoded
+
 HIGH_WATER = 256 * 1024  # unread body bytes before the connection stops reading
 
 
@@ -181,9 +183,7 @@ class H1Response:
 
 def headers_of(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
     """Response headers as aiohttp decodes them (UTF-8, undecodable bytes kept)."""
-    return CIMultiDict(
-        (k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for k, v in raw
-    )
+    return decoded(raw)
 
 
 def payload_error(message: str) -> aiohttp.ClientPayloadError:

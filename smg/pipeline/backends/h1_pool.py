@@ -76,11 +76,18 @@ class _Conn(asyncio.Protocol):
         self.idle_since = 0.0
         self.head: asyncio.Future[H1Response] | None = None
         self.body: Body | None = None
+        # One timer per connection, not per request (uvloop's call_at costs microseconds): armed
+        # at the first exchange's deadline and re-armed only when it fires before the running
+        # exchange's `deadline` (None: no exchange running, the timer does nothing).
         self.timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None
+        # made in the loop's create_connection; kept: get_running_loop() costs a getpid() a
+        # call on Python 3.11
+        self.loop = asyncio.get_running_loop()
 
     # --- the request -------------------------------------------------------------------------
     def send(self, data: bytes, deadline: float) -> asyncio.Future[H1Response]:
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         fut = self.head = loop.create_future()
         if self.closed or self.transport is None:
             fut.set_exception(_Stale())
@@ -88,7 +95,12 @@ class _Conn(asyncio.Protocol):
         self.core.expect()
         self.body = None
         self.transport.write(data)
-        self.timer = loop.call_at(deadline, self._expire)
+        self.deadline = deadline
+        timer = self.timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self.timer = loop.call_at(deadline, self._expire)
         return fut
 
     def response_done(self, keep: bool) -> None:
@@ -120,6 +132,14 @@ class _Conn(asyncio.Protocol):
 
     def _expire(self) -> None:
         self.timer = None
+        deadline = self.deadline
+        if deadline is None or self.closed:
+            return  # no exchange running
+        loop = self.loop
+        if loop.time() < deadline:  # armed for an earlier exchange: wait for this one's
+            self.timer = loop.call_at(deadline, self._expire)
+            return
+        self.deadline = None
         head, body = self.head, self.body
         if head is not None and not head.done():
             head.set_exception(TimeoutError("no answer from the worker in time"))
@@ -147,7 +167,10 @@ class _Conn(asyncio.Protocol):
         started = core.started
         core.feed_eof()
         self._dispatch()
-        self._end_timer()
+        self.deadline = None
+        if self.timer is not None:  # gone: its timer with it
+            self.timer.cancel()
+            self.timer = None
         head, body = self.head, self.body
         if head is not None and not head.done():
             if not started and self.reused:
@@ -191,9 +214,8 @@ class _Conn(asyncio.Protocol):
                 return
 
     def _end_timer(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        """The exchange is over: its deadline is off (the timer stays for the next one)."""
+        self.deadline = None
 
 
 class H1Client:
@@ -214,6 +236,7 @@ class H1Client:
         self._idle: dict[Key, list[_Conn]] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the last one requests ran in
 
     async def request(
         self,
@@ -225,7 +248,9 @@ class H1Client:
         """Send `data` (one whole request, `h1_client.request_bytes`); return once the answer's
         head is in. The deadline (`timeout_s` from now) bounds the connect, the head and the
         body."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or not loop.is_running():  # the running one, without a getpid() a call
+            loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         for fresh in (False, True):
             conn = None if fresh else self._take(target.key, loop.time())
@@ -284,7 +309,7 @@ class H1Client:
         if self._closed or len(idle) >= self.max_idle:
             conn.close()
             return
-        loop = asyncio.get_running_loop()
+        loop = conn.loop
         conn.idle_since = loop.time()
         idle.append(conn)
         if self._sweep is None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, cast
 
 import aiohttp
@@ -191,27 +191,28 @@ class HttpBackend:
             found = self._providers[name] = provider(name, time.time)
         return found
 
-    async def open(
+    def open(
         self,
         worker: WorkerSnapshot,
         path: str,
         body: bytes,
         headers: Mapping[str, str],
         timeout_s: float | None = None,
-    ) -> H1Response:
-        """Send the request; return once the status line and headers are in. `timeout_s`: what
-        is left of the request's deadline (default: all of it); it bounds the body too. A
-        provider worker's request goes out in its vendor's terms (`_open_provider`)."""
+    ) -> Coroutine[Any, Any, H1Response]:
+        """Send the request; the answer once the status line and headers are in. `timeout_s`:
+        what is left of the request's deadline (default: all of it); it bounds the body too. A
+        provider worker's request goes out in its vendor's terms (`_open_provider`). Returns
+        the coroutine to await (no frame of its own on the request's path)."""
         if timeout_s is None or timeout_s == self.timeout_s:
             timeout = self._timeout
         else:
             timeout = self._client_timeout(max(0.001, timeout_s))
         if worker.provider is not None:
-            return await self._open_provider(worker, path, body, headers, timeout)
+            return self._open_provider(worker, path, body, headers, timeout)
         rank = dp.rank_of(worker.url)  # a rank worker (`--dp-aware`): the body names its rank
         if rank is not None:
             body = dp.with_rank(body, rank)
-        return await self._post(worker, path, body, headers, timeout)
+        return self._post(worker, path, body, headers, timeout)
 
     async def _open_provider(
         self,

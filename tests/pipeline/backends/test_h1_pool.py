@@ -226,6 +226,36 @@ async def test_the_deadline_bounds_the_head_and_the_body() -> None:
         await asyncio.wait_for(srv.closed.wait(), 2)
 
 
+async def test_a_reused_connection_keeps_each_exchange_to_its_own_deadline() -> None:
+    """One timer per connection: an earlier exchange's deadline (shorter or longer) neither
+    cuts a later one short nor lets it run past its own."""
+
+    async def second_stalls(r: asyncio.StreamReader, w: asyncio.StreamWriter, _: int) -> None:
+        n = 0
+        while await read_request(r) is not None:
+            n += 1
+            if n != 2:
+                w.write(OK)
+                await w.drain()
+
+    # (first deadline, pause, second deadline): the timer fires early and waits for the second;
+    # it is moved earlier; it fired (unarmed) while the connection was idle
+    for first_s, pause_s, second_s in ((0.3, 0.0, 0.6), (30.0, 0.0, 0.2), (0.2, 0.3, 0.3)):
+        async with serve(second_stalls) as srv:
+            client, t = H1Client(), target(srv)
+            resp = await client.request(t, post(t), 5.0, first_s)
+            assert await resp.content.read() == b"{}"
+            resp.release()
+            await asyncio.sleep(pause_s)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            with pytest.raises(TimeoutError):
+                await client.request(t, post(t), 5.0, second_s)  # the same connection, stalled
+            assert second_s * 0.8 < loop.time() - began < second_s + 1.0
+            assert srv.connections == 1
+            client.close()
+
+
 async def test_a_body_that_breaks_off_is_a_payload_error() -> None:
     async def short(r: asyncio.StreamReader, w: asyncio.StreamWriter, _: int) -> None:
         await read_request(r)

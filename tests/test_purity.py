@@ -16,6 +16,7 @@ PURE = [
     ROOT / "pipeline" / "cache_state.py",
     ROOT / "pipeline" / "sampling.py",
     ROOT / "pipeline" / "body_fields.py",
+    ROOT / "pipeline" / "structured_output.py",
     ROOT / "pipeline" / "loads.py",
     ROOT / "pipeline" / "output.py",
     ROOT / "pipeline" / "responses_request.py",

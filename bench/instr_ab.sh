@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# User-space instructions per non-streaming chat request, this checkout against BASE_REV, counted
-# by valgrind's callgrind in a real gateway process (HTTP mode, the shared harness's fake worker):
+# User-space instructions per chat request (STREAM=1: per streamed one, 64 tokens), this
+# checkout against BASE_REV, counted by valgrind's callgrind in a real gateway process (HTTP mode, the shared harness's fake worker):
 # a number that does not move with the box's load (three runs agree to ~0.2 %), unlike CPU-µs
 # on a shared 2-core machine (per-rep ratios there spread 0.8-1.25x). It leaves out the kernel
 # (syscalls, the loopback TCP path): that side is what bench/ab.sh's CPU-µs show.
@@ -11,7 +11,8 @@
 #
 #   bench/instr_ab.sh                    # against where this branch left main
 #   BASE_REV=main bench/instr_ab.sh
-# Env: BASE_REV [merge-base of HEAD and main]  N [1000]  RUNS [3]  WARM [300]  PORT_BASE [18700] (worker +51,
+#   STREAM=1 N=300 bench/instr_ab.sh     # `stream: true`, max_tokens 64, each SSE answer read to its end
+# Env: BASE_REV [merge-base of HEAD and main]  STREAM [0]  N [1000]  RUNS [3]  WARM [300]  PORT_BASE [18700] (worker +51,
 #   gateways +61/+62)  SHARED_BENCH [<repo>/../shared/bench]  SMG_BENCH_HOME [~/.cache/smg-bench]
 #   SMG_PYTHON [.venv/bin/python]  OUT [/tmp/smg-instr-ab] (emptied first)
 set -euo pipefail
@@ -41,9 +42,10 @@ cleanup() {
 trap cleanup EXIT
 
 cat >"$OUT/drive.py" <<'PY'
-import http.client, json, sys
+import http.client, json, os, sys
 port, n = int(sys.argv[1]), int(sys.argv[2])
-body = json.dumps({"model": "fake-model", "max_tokens": 8,
+stream = os.environ.get("STREAM") == "1"
+body = json.dumps({"model": "fake-model", "max_tokens": 64 if stream else 8, "stream": stream,
                    "messages": [{"role": "user", "content": "Hello, how are you?"}]})
 c = http.client.HTTPConnection("127.0.0.1", port)
 for _ in range(n):

@@ -119,6 +119,10 @@ class Pipe:
             if self._outcome is _RUNNING:  # cancelled, or the client's drain failed
                 self._outcome = asyncio.CancelledError()
             self._waiter = None
+            if self._paused:  # ended while its client was slow: the connection may be reused
+                self._paused = False
+                self.watch.busy = False
+                self.source.resume_source()
         if isinstance(outcome, ConnectionError):
             raise outcome
         assert outcome is None or isinstance(outcome, BaseException)

@@ -11,6 +11,10 @@
 #
 #   bench/instr_ab.sh                    # against where this branch left main
 #   BASE_REV=main bench/instr_ab.sh
+#   STREAM=1 N=300 bench/instr_ab.sh     # per streamed request: max_tokens 64, SSE read to its end
+#   STREAM=1 N=50 WORKER_ARGS="--token-rate 200" bench/instr_ab.sh   # one upstream read a token
+#   (STREAM [0], WORKER_ARGS [] for the fake worker. Syscall counts under valgrind are not the
+#   gateway's own: its thread lock is a pipe; count them without it, from /proc/PID/io.)
 # Env: BASE_REV [merge-base of HEAD and main]  N [1000]  RUNS [3]  WARM [300]  PORT_BASE [18700] (worker +51,
 #   gateways +61/+62)  SHARED_BENCH [<repo>/../shared/bench]  SMG_BENCH_HOME [~/.cache/smg-bench]
 #   SMG_PYTHON [.venv/bin/python]  OUT [/tmp/smg-instr-ab] (emptied first)
@@ -23,7 +27,7 @@ SMG_PYTHON=${SMG_PYTHON:-$REPO/.venv/bin/python}
 BENCH_PY=$SMG_BENCH_HOME/venv-bench/bin/python
 BASE_REV=${BASE_REV:-$(git -C "$REPO" merge-base HEAD main)}; N=${N:-1000}; RUNS=${RUNS:-3}; WARM=${WARM:-300}
 PORT_BASE=${PORT_BASE:-18700}; OUT=${OUT:-/tmp/smg-instr-ab}
-W=$((PORT_BASE+51))
+W=$((PORT_BASE+51)); WORKER_ARGS=${WORKER_ARGS:-}; export STREAM=${STREAM:-0}
 command -v valgrind >/dev/null && command -v callgrind_control >/dev/null \
   || { echo "instr_ab: valgrind not found" >&2; exit 1; }
 for p in "$W" $((PORT_BASE+61)) $((PORT_BASE+62)); do
@@ -41,9 +45,10 @@ cleanup() {
 trap cleanup EXIT
 
 cat >"$OUT/drive.py" <<'PY'
-import http.client, json, sys
+import http.client, json, os, sys
 port, n = int(sys.argv[1]), int(sys.argv[2])
-body = json.dumps({"model": "fake-model", "max_tokens": 8,
+stream = os.environ.get("STREAM") == "1"
+body = json.dumps({"model": "fake-model", "max_tokens": 64 if stream else 8, "stream": stream,
                    "messages": [{"role": "user", "content": "Hello, how are you?"}]})
 c = http.client.HTTPConnection("127.0.0.1", port)
 for _ in range(n):
@@ -53,7 +58,7 @@ for _ in range(n):
     assert r.status == 200, r.status
 PY
 
-"$BENCH_PY" "$SHARED_BENCH/fake_worker.py" --host 127.0.0.1 --port "$W" >"$OUT/worker.log" 2>&1 &
+"$BENCH_PY" "$SHARED_BENCH/fake_worker.py" --host 127.0.0.1 --port "$W" $WORKER_ARGS >"$OUT/worker.log" 2>&1 &
 PIDS+=($!)
 
 measure() { # name dir port

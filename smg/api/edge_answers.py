@@ -83,6 +83,15 @@ class EdgeWriter:
             self.output_size += len(data)
             await self.out.write(bytes(data))
 
+    def write_nowait(self, data: bytes) -> bool:
+        """A body write that does not wait (a relayed stream's pipe): whether the client takes
+        more now (False: await `wait_writable` first)."""
+        self.output_size += len(data)
+        return self.out.write_nowait(data)
+
+    async def wait_writable(self) -> None:
+        await self.out.drain()
+
     async def write_eof(self, chunk: bytes | bytearray | memoryview = b"") -> None:
         await self.write(chunk)
         await self.out.end()
@@ -124,6 +133,11 @@ class EdgeClient:
         if writer is None:
             writer = self._writer = EdgeWriter(self._out)
         return writer
+
+    @property
+    def writer(self) -> EdgeWriter:
+        """The payload writer (as aiohttp's `BaseRequest.writer`)."""
+        return self._payload_writer
 
     @property
     def output_size(self) -> int:

@@ -23,6 +23,9 @@ class Connection(Protocol):
     closing: bool
     body_done: bool
 
+    @property
+    def write_paused(self) -> bool: ...
+
     def resume_if_room(self) -> None: ...
     async def wait_body(self) -> None: ...
     async def drain(self) -> None: ...
@@ -134,6 +137,20 @@ class EdgeResponse:
         if out := conn.response.body(data):
             conn.transport.write(out)
             await conn.drain()
+
+    def write_nowait(self, data: bytes) -> bool:
+        """`write` without waiting for the client: whether it takes more now (False: `drain`
+        before the next write). A client gone raises ConnectionResetError."""
+        conn = self._conn
+        if conn.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        if out := conn.response.body(data):
+            conn.transport.write(out)
+        return not conn.write_paused
+
+    async def drain(self) -> None:
+        """Wait until the client takes more (at most the write timeout, then the cut)."""
+        await self._conn.drain()
 
     async def end(self) -> None:
         conn = self._conn

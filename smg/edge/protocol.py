@@ -161,6 +161,10 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
                 fut.set_exception(ConnectionResetError("the client closed the connection"))
         self._drain_waiters.clear()
 
+    @property
+    def write_paused(self) -> bool:
+        return self._write_paused
+
     def pause_writing(self) -> None:
         self._write_paused = True
 

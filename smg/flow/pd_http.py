@@ -29,7 +29,7 @@ from smg.flow.relay import (
     UPSTREAM_FAILURES,
     answer_headers,
     is_event_stream,
-    pump,
+    relay_body,
 )
 from smg.flow.render import (
     PREFILL_WORKER_HEADER,
@@ -243,7 +243,7 @@ class HttpPd:
         try:
             await out.prepare(client)
             with tracing.stage("stream"):
-                failure = await pump(resp, out.write, watch)
+                failure = await relay_body(resp, client, out, watch, first_token=False)
             if failure is not None:
                 detail = f"{decode.url}: answer broke off: {failure!r}"
                 raise LegFailed(pd.DECODE, detail) from failure

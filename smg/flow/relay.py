@@ -11,8 +11,10 @@ A client that leaves (aiohttp cancels the handler, or a write finds the connecti
 the upstream connection at once and reports nothing about the worker: `finish(attempt, None)`.
 Any other outcome is the worker's. Client-facing errors name no worker; the log does.
 
-`pump` and `read_whole` are the byte paths both this relay and the PD decode leg over HTTP
-(pd_http.py) use.
+A stream's body goes through a `Pipe` (pipe.py: callbacks from the upstream connection to the
+client's transport, the task asleep until the end) when both ends can (the lean edge's writer,
+the lean client's body), else through `pump` (a coroutine loop, one await per read).
+`relay_body` chooses; both this relay and the PD decode leg over HTTP (pd_http.py) use it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from aiohttp import web
 
 from smg import errors, tracing
 from smg.core.idle import Watch
+from smg.flow.pipe import Pipe
 from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS
 from smg.flow.runner import Attempt, Runner, outcome_of
 from smg.pipeline.backends.h1_body import H1Response
@@ -91,6 +94,31 @@ async def pump(
         watch.busy = False
 
 
+async def relay_body(
+    upstream: H1Response,
+    client: web.Request,
+    resp: web.StreamResponse,
+    watch: Watch,
+    *,
+    first_token: bool = True,
+) -> BaseException | None:
+    """`upstream`'s body to the prepared `resp`, as `pump` (same outcomes), through a `Pipe`
+    when the client's writer and the upstream body both offer the no-wait calls. With tracing
+    on and `first_token`, the first chunk records the time to the first token."""
+    first_token = first_token and tracing.enabled()
+    writer = getattr(client, "writer", None)
+    content = upstream.content
+    if hasattr(writer, "write_nowait") and hasattr(content, "pipe"):
+        failure = await Pipe(content, writer, watch, first_token).run()  # type: ignore[arg-type]
+        if failure is not None and not isinstance(failure, UPSTREAM_FAILURES):
+            raise failure
+        return failure
+    write: Callable[[bytes], Awaitable[None]] = resp.write
+    if first_token:
+        write = tracing.on_first_write(write)
+    return await pump(upstream, write, watch)
+
+
 class HttpRelay:
     def __init__(self, runner: Runner, backend: HttpBackend) -> None:
         self.runner = runner
@@ -151,10 +179,7 @@ class HttpRelay:
         try:  # finds the connection gone): that says nothing about the worker
             try:
                 await resp.prepare(client)
-                write: Callable[[bytes], Awaitable[None]] = resp.write
-                if tracing.enabled():
-                    write = tracing.on_first_write(write)
-                failure = await pump(upstream, write, watch)
+                failure = await relay_body(upstream, client, resp, watch)
                 success = failure is None
                 if failure is not None:
                     err = upstream_failure(backend, failure, request_id, worker_id)

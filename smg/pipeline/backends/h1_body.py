@@ -9,6 +9,12 @@ alive) and `close()` (the connection is dropped: the worker sees the disconnect)
 
 The body is buffered in order; reading pauses once `high_water` bytes wait unread and resumes
 when the reader has taken them, so a stream is relayed chunk by chunk with bounded memory.
+
+`Body.pipe(sink)` turns the rest of the body into callbacks: what is buffered, then every chunk
+as the connection decodes it, goes to `sink.data` in the connection's own `data_received` (no
+buffer, no future, no task wake); the end to `sink.end`, a failure (the idle cut, the deadline,
+a broken connection) to `sink.fail`. The sink holds the connection back with `pause_source` /
+`resume_source` (its client is slow).
 """
 
 from __future__ import annotations
@@ -33,10 +39,18 @@ class Reading(Protocol):
     def resume(self) -> None: ...
 
 
+class Sink(Protocol):
+    """Where a piped body goes (called from the connection's callbacks; see the module doc)."""
+
+    def data(self, chunk: bytes) -> None: ...
+    def end(self) -> None: ...
+    def fail(self, exc: BaseException) -> None: ...
+
+
 class Body:
     """A response body as it arrives (aiohttp's `StreamReader` surface the flow reads)."""
 
-    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_paused", "_size", "_waiter")
+    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_paused", "_sink", "_size", "_waiter")
 
     def __init__(self, conn: Reading) -> None:
         self._conn = conn
@@ -46,9 +60,14 @@ class Body:
         self._exc: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
+        self._sink: Sink | None = None
 
     # --- the connection's side ---------------------------------------------------------------
     def feed(self, data: bytes) -> None:
+        sink = self._sink
+        if sink is not None:
+            sink.data(data)
+            return
         self._chunks.append(data)
         self._size += len(data)
         if self._size > HIGH_WATER and not self._paused:
@@ -58,6 +77,9 @@ class Body:
 
     def feed_eof(self) -> None:
         self._eof = True
+        if self._sink is not None:
+            self._sink.end()
+            return
         self._wake()
 
     def _wake(self) -> None:
@@ -76,7 +98,38 @@ class Body:
         first failure stands, and none after the body has ended."""
         if self._exc is None and not (self._eof and not self._chunks):
             self._exc = exc
+            if self._sink is not None:
+                self._sink.fail(exc)
+                return
             self._wake()
+
+    # --- a piped body ------------------------------------------------------------------------
+    def pipe(self, sink: Sink) -> None:
+        """Hand the rest of the body to `sink` (see the module doc); no reads after this."""
+        if self._waiter is not None:
+            raise RuntimeError("a reader is waiting on the body")
+        self._sink = sink
+        if self._paused:  # what waited unread goes out now: the sink decides when to hold
+            self._paused = False
+            self._conn.resume()
+        if self._exc is not None:
+            sink.fail(self._exc)
+            return
+        chunks = self._chunks
+        if chunks:
+            data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+            chunks.clear()
+            self._size = 0
+            sink.data(data)
+        if self._eof:
+            sink.end()
+
+    def pause_source(self) -> None:
+        """Stop reading the connection (the sink's client is slow)."""
+        self._conn.pause()
+
+    def resume_source(self) -> None:
+        self._conn.resume()
 
     @property
     def ended(self) -> bool:

@@ -17,10 +17,11 @@ Why: aiohttp's server alone costs about what the Rust gateway spends on a whole 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -108,6 +109,9 @@ class EdgeRoutes:
         self.rate_check = rate_check
         self.cors = gate.add_cors if gate.core.cors_origins else None
         self._loop: asyncio.AbstractEventLoop | None = None  # the one requests run in
+        # the level is set before the routes are built (smg/logs.py): a debug line's call (the
+        # lazy logger's bind and the call's arguments) is skipped at once when it is off
+        self.debug = log.bind().is_enabled_for(logging.DEBUG)
 
     def handle(self, req: EdgeRequest, out: EdgeResponse) -> Awaitable[Reply | None]:
         """The request's answer, to await: a whole one as a `Reply` the edge writes itself, a
@@ -152,7 +156,9 @@ class EdgeRoutes:
             loop = self._loop = asyncio.get_running_loop()
         loop_time = loop.time
         start = loop_time()
-        log.debug("request_started", method="POST", path=route.path)
+        debug = self.debug
+        if debug:
+            log.debug("request_started", method="POST", path=route.path)
         status, code = 500, ""
         hold = _Read(self.guard, req)
         reply: Reply | None = None
@@ -181,8 +187,9 @@ class EdgeRoutes:
                 )  # fmt: skip
                 client = EdgeClient(head, route.path, out, headers.get("Origin"), self.cors)
                 # the flow prepares its streams against the client: EdgeClient has what aiohttp
-                # reads
-                resp = await self.flow.serve(request, openai_renderer, cast(web.Request, client))
+                # reads (typing.cast would cost a call a request)
+                flow_client: Any = client
+                resp = await self.flow.serve(request, openai_renderer, flow_client)
                 status = resp.status
                 if not resp.prepared:
                     reply = self._reply(resp, headers, rid)
@@ -210,7 +217,8 @@ class EdgeRoutes:
                 hold.held = 0
             took = loop_time() - start
             self.metrics.request_done("POST", route.path, status, code, took)
-            log.debug("request_finished", status=status, code=code, ms=round(took * 1e3, 1))
+            if debug:
+                log.debug("request_finished", status=status, code=code, ms=round(took * 1e3, 1))
             _RID.reset(bound)
         if span is not None:
             span.set_attribute("http.response.status_code", status)

@@ -130,6 +130,12 @@ class EdgeClient:
         return 0 if self._writer is None else self._writer.output_size
 
 
+def whole_body_reply(status: int, body: bytes, content_type: str, headers: dict[str, str]) -> Reply:
+    """A whole answer's parts as the edge's `Reply`: `headers` with no Content-Type of their
+    own (as `smg.flow.answer.Whole` holds them)."""
+    return Reply(status, body, header_block((("Content-Type", content_type), *headers.items())))
+
+
 def whole_reply(resp: web.StreamResponse) -> Reply:
     """A whole (unprepared) aiohttp answer as the edge's `Reply` (the edge writes it)."""
     if not isinstance(resp, web.Response):

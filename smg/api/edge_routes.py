@@ -31,11 +31,12 @@ from smg import errors, tracing
 from smg.api import requests as rq
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
-from smg.api.edge_answers import EdgeClient, client_headers, whole_reply
+from smg.api.edge_answers import EdgeClient, client_headers, whole_body_reply, whole_reply
 from smg.api.middleware import error_response, traced_route
 from smg.core.auth import JwtCheck, RouteClass, classify
 from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply
 from smg.flow.admission import Admission
+from smg.flow.answer import Whole, as_response
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
 from smg.metrics import Metrics
@@ -189,9 +190,11 @@ class EdgeRoutes:
                 # the flow prepares its streams against the client: EdgeClient has what aiohttp
                 # reads (typing.cast would cost a call a request)
                 flow_client: Any = client
-                resp = await self.flow.serve(request, openai_renderer, flow_client)
+                resp = await self.flow.answer(request, openai_renderer, flow_client)
                 status = resp.status
-                if not resp.prepared:
+                if isinstance(resp, Whole):
+                    reply = self._whole(resp, headers, rid)
+                elif not resp.prepared:
                     reply = self._reply(resp, headers, rid)
             except errors.ApiError as err:
                 status, code = err.status, err.code
@@ -223,6 +226,13 @@ class EdgeRoutes:
         if span is not None:
             span.set_attribute("http.response.status_code", status)
         return reply
+
+    def _whole(self, whole: Whole, headers: CIMultiDict[str], rid: str) -> Reply:
+        """A `Whole` as the edge writes it: its headers rendered at once (no aiohttp response
+        built and taken apart), unless CORS or the request id must be added to them."""
+        if self.cors is not None or "X-Request-Id" not in whole.headers:
+            return self._reply(as_response(whole), headers, rid)
+        return whole_body_reply(whole.status, whole.body, whole.content_type, whole.headers)
 
     def _reply(self, resp: web.StreamResponse, headers: CIMultiDict[str], rid: str) -> Reply:
         """A whole answer as the edge writes it, with its request id and CORS headers."""

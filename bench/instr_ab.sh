@@ -11,9 +11,11 @@
 #
 #   bench/instr_ab.sh                    # against where this branch left main
 #   BASE_REV=main bench/instr_ab.sh
+#   MODE=grpc bench/instr_ab.sh          # gRPC mode: the harness's fake vLLM engine behind
+#                                        # (both gateways templating and tokenizing, tiny-tok)
 # Env: BASE_REV [merge-base of HEAD and main]  N [1000]  RUNS [3]  WARM [300]  PORT_BASE [18700] (worker +51,
 #   gateways +61/+62)  SHARED_BENCH [<repo>/../shared/bench]  SMG_BENCH_HOME [~/.cache/smg-bench]
-#   SMG_PYTHON [.venv/bin/python]  OUT [/tmp/smg-instr-ab] (emptied first)
+#   SMG_PYTHON [.venv/bin/python]  OUT [/tmp/smg-instr-ab] (emptied first)  MODE [http]
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,7 +24,10 @@ SMG_BENCH_HOME=${SMG_BENCH_HOME:-$HOME/.cache/smg-bench}
 SMG_PYTHON=${SMG_PYTHON:-$REPO/.venv/bin/python}
 BENCH_PY=$SMG_BENCH_HOME/venv-bench/bin/python
 BASE_REV=${BASE_REV:-$(git -C "$REPO" merge-base HEAD main)}; N=${N:-1000}; RUNS=${RUNS:-3}; WARM=${WARM:-300}
-PORT_BASE=${PORT_BASE:-18700}; OUT=${OUT:-/tmp/smg-instr-ab}
+PORT_BASE=${PORT_BASE:-18700}; OUT=${OUT:-/tmp/smg-instr-ab}; MODE=${MODE:-http}
+case $MODE in http|grpc) ;; *) echo "instr_ab: MODE is http or grpc" >&2; exit 2 ;; esac
+GRPC_PY=${VENV_GRPC:-$SMG_BENCH_HOME/venv-grpc-proto}/bin/python
+TOKDIR=${TOKDIR:-$SMG_BENCH_HOME/tiny-tok}
 W=$((PORT_BASE+51))
 command -v valgrind >/dev/null && command -v callgrind_control >/dev/null \
   || { echo "instr_ab: valgrind not found" >&2; exit 1; }
@@ -53,7 +58,15 @@ for _ in range(n):
     assert r.status == 200, r.status
 PY
 
-"$BENCH_PY" "$SHARED_BENCH/fake_worker.py" --host 127.0.0.1 --port "$W" >"$OUT/worker.log" 2>&1 &
+UPSTREAM="http://127.0.0.1:$W"; GW_ARGS=()
+if [ "$MODE" = grpc ]; then
+  [ -f "$TOKDIR/tokenizer.json" ] || "$GRPC_PY" "$SHARED_BENCH/make_tokenizer.py" "$TOKDIR" >/dev/null
+  "$GRPC_PY" "$SHARED_BENCH/fake_grpc_engine.py" --host 127.0.0.1 --port "$W" \
+    --tokenizer-dir "$TOKDIR" >"$OUT/worker.log" 2>&1 &
+  UPSTREAM="grpc://127.0.0.1:$W"; GW_ARGS=(--model-path "$TOKDIR")
+else
+  "$BENCH_PY" "$SHARED_BENCH/fake_worker.py" --host 127.0.0.1 --port "$W" >"$OUT/worker.log" 2>&1 &
+fi
 PIDS+=($!)
 
 measure() { # name dir port
@@ -61,7 +74,7 @@ measure() { # name dir port
   env PYTHONSAFEPATH=1 PYTHONPATH="$dir" valgrind --tool=callgrind --instr-atstart=no \
     --callgrind-out-file="$OUT/$name.%p.out" "$SMG_PYTHON" -m smg launch --host 127.0.0.1 \
     --port "$port" --policy round_robin --prometheus-port 0 --log-level warn \
-    --worker-urls "http://127.0.0.1:$W" >"$OUT/$name.log" 2>&1 &
+    --worker-urls "$UPSTREAM" "${GW_ARGS[@]}" >"$OUT/$name.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   for i in $(seq 1 150); do
     curl -sf -m 5 "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \

@@ -16,7 +16,8 @@ from aiohttp import web
 
 
 class Whole:
-    """A whole answer: `content_type` and `headers` (no framing ones) as the client gets them."""
+    """A whole answer: `content_type` and `headers` (no framing ones) as the client gets them;
+    `content_type` None: `headers` carry their own (a worker's answer relayed), if any."""
 
     __slots__ = ("body", "content_type", "headers", "status")
 
@@ -25,7 +26,7 @@ class Whole:
         body: bytes,
         headers: dict[str, str],
         status: int = 200,
-        content_type: str = "application/json",
+        content_type: str | None = "application/json",
     ) -> None:
         self.body = body
         self.headers = headers

@@ -94,6 +94,15 @@ def test_a_whole_becomes_the_same_aiohttp_response() -> None:
     assert resp.headers["X-Request-Id"] == "r-2"
     stream = web.StreamResponse()
     assert as_response(stream) is stream
+    # a relayed answer's headers carry their own type (any case); none: typed as aiohttp does
+    relayed = whole_body_reply(200, b"x", None, {"content-type": "text/plain", "X-A": "1"})
+    assert relayed.headers == b"content-type: text/plain\r\nX-A: 1\r\n"
+    untyped = whole_body_reply(200, b"x", None, {"X-A": "1"})
+    assert untyped.headers == b"Content-Type: application/octet-stream\r\nX-A: 1\r\n"
+    assert whole_body_reply(204, b"", None, {}).headers == b""
+    assert as_response(Whole(b"x", {"X-A": "1"}, 200, None)).content_type == (
+        "application/octet-stream"
+    )
     with pytest.raises(ValueError, match="line break"):
         whole_body_reply(200, b"", "application/json", {"X-Bad": "a\r\nInjected: 1"})
 

@@ -131,7 +131,7 @@ class EdgeClient:
 
 
 def whole_body_reply(
-    status: int, body: bytes, content_type: str | None, headers: dict[str, str]
+    status: int, body: bytes | bytearray, content_type: str | None, headers: dict[str, str]
 ) -> Reply:
     """A whole answer's parts as the edge's `Reply` (as `smg.flow.answer.Whole` holds them):
     `content_type` None when `headers` carry their own; a body without one is typed

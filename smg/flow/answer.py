@@ -23,7 +23,7 @@ class Whole:
 
     def __init__(
         self,
-        body: bytes,
+        body: bytes | bytearray,
         headers: dict[str, str],
         status: int = 200,
         content_type: str | None = "application/json",

@@ -15,7 +15,7 @@
 #                                        # (both gateways templating and tokenizing, tiny-tok)
 # Env: BASE_REV [merge-base of HEAD and main]  N [1000]  RUNS [3]  WARM [300]  PORT_BASE [18700] (worker +51,
 #   gateways +61/+62)  SHARED_BENCH [<repo>/../shared/bench]  SMG_BENCH_HOME [~/.cache/smg-bench]
-#   SMG_PYTHON [.venv/bin/python]  OUT [/tmp/smg-instr-ab] (emptied first)  MODE [http]
+#   SMG_PYTHON [.venv/bin/python]  OUT [/tmp/smg-instr-ab] (emptied first)  MODE [http]  CONC [1]
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,6 +25,7 @@ SMG_PYTHON=${SMG_PYTHON:-$REPO/.venv/bin/python}
 BENCH_PY=$SMG_BENCH_HOME/venv-bench/bin/python
 BASE_REV=${BASE_REV:-$(git -C "$REPO" merge-base HEAD main)}; N=${N:-1000}; RUNS=${RUNS:-3}; WARM=${WARM:-300}
 PORT_BASE=${PORT_BASE:-18700}; OUT=${OUT:-/tmp/smg-instr-ab}; MODE=${MODE:-http}
+CONC=${CONC:-1}  # clients at once (keep-alive connections), N split between them (N % CONC == 0)
 case $MODE in http|grpc) ;; *) echo "instr_ab: MODE is http or grpc" >&2; exit 2 ;; esac
 GRPC_PY=${VENV_GRPC:-$SMG_BENCH_HOME/venv-grpc-proto}/bin/python
 TOKDIR=${TOKDIR:-$SMG_BENCH_HOME/tiny-tok}
@@ -46,16 +47,20 @@ cleanup() {
 trap cleanup EXIT
 
 cat >"$OUT/drive.py" <<'PY'
-import http.client, json, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
+import http.client, json, sys, threading
+port, n, conc = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 body = json.dumps({"model": "fake-model", "max_tokens": 8,
                    "messages": [{"role": "user", "content": "Hello, how are you?"}]})
-c = http.client.HTTPConnection("127.0.0.1", port)
-for _ in range(n):
-    c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
-    r = c.getresponse()
-    r.read()
-    assert r.status == 200, r.status
+def client(k):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    for _ in range(k):
+        c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        assert r.status == 200, r.status
+threads = [threading.Thread(target=client, args=(n // conc,)) for _ in range(conc)]
+for t in threads: t.start()
+for t in threads: t.join()
 PY
 
 UPSTREAM="http://127.0.0.1:$W"; GW_ARGS=()
@@ -82,11 +87,11 @@ measure() { # name dir port
     [ "$i" -lt 150 ] || { echo "instr_ab: $name did not come up" >&2; exit 1; }
     sleep 2
   done
-  "$BENCH_PY" "$OUT/drive.py" "$port" "$WARM"
+  "$BENCH_PY" "$OUT/drive.py" "$port" "$WARM" 1
   for i in $(seq 1 "$RUNS"); do
     callgrind_control -z "$pid" >/dev/null
     callgrind_control -i on "$pid" >/dev/null
-    "$BENCH_PY" "$OUT/drive.py" "$port" "$N"
+    "$BENCH_PY" "$OUT/drive.py" "$port" "$N" "$CONC"
     callgrind_control -i off "$pid" >/dev/null
     callgrind_control -d "run$i" "$pid" >/dev/null
     sleep 0.5

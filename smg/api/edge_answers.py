@@ -144,6 +144,22 @@ class EdgeClient:
         return 0 if self._writer is None else self._writer.output_size
 
 
+def whole_body_reply(
+    status: int, body: bytes | bytearray, content_type: str | None, headers: dict[str, str]
+) -> Reply:
+    """A whole answer's parts as the edge's `Reply` (as `smg.flow.answer.Whole` holds them):
+    `content_type` None when `headers` carry their own; a body without one is typed
+    application/octet-stream, as aiohttp types it."""
+    if content_type is None:
+        for name in headers:
+            if name.lower() == "content-type":
+                return Reply(status, body, header_block(headers.items()))
+        if not body:
+            return Reply(status, body, header_block(headers.items()))
+        content_type = "application/octet-stream"
+    return Reply(status, body, header_block((("Content-Type", content_type), *headers.items())))
+
+
 def whole_reply(resp: web.StreamResponse) -> Reply:
     """A whole (unprepared) aiohttp answer as the edge's `Reply` (the edge writes it)."""
     if not isinstance(resp, web.Response):

@@ -17,10 +17,11 @@ Why: aiohttp's server alone costs about what the Rust gateway spends on a whole 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -30,11 +31,12 @@ from smg import errors, tracing
 from smg.api import requests as rq
 from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
-from smg.api.edge_answers import EdgeClient, client_headers, whole_reply
+from smg.api.edge_answers import EdgeClient, client_headers, whole_body_reply, whole_reply
 from smg.api.middleware import error_response, traced_route
 from smg.core.auth import JwtCheck, RouteClass, classify
 from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply
 from smg.flow.admission import Admission
+from smg.flow.answer import Whole, as_response
 from smg.flow.request import Kind
 from smg.flow.serve import Flow
 from smg.metrics import Metrics
@@ -108,6 +110,9 @@ class EdgeRoutes:
         self.rate_check = rate_check
         self.cors = gate.add_cors if gate.core.cors_origins else None
         self._loop: asyncio.AbstractEventLoop | None = None  # the one requests run in
+        # the level is set before the routes are built (smg/logs.py): a debug line's call (the
+        # lazy logger's bind and the call's arguments) is skipped at once when it is off
+        self.debug = log.bind().is_enabled_for(logging.DEBUG)
 
     def handle(self, req: EdgeRequest, out: EdgeResponse) -> Awaitable[Reply | None]:
         """The request's answer, to await: a whole one as a `Reply` the edge writes itself, a
@@ -152,7 +157,9 @@ class EdgeRoutes:
             loop = self._loop = asyncio.get_running_loop()
         loop_time = loop.time
         start = loop_time()
-        log.debug("request_started", method="POST", path=route.path)
+        debug = self.debug
+        if debug:
+            log.debug("request_started", method="POST", path=route.path)
         status, code = 500, ""
         hold = _Read(self.guard, req)
         reply: Reply | None = None
@@ -181,10 +188,13 @@ class EdgeRoutes:
                 )  # fmt: skip
                 client = EdgeClient(head, route.path, out, headers.get("Origin"), self.cors)
                 # the flow prepares its streams against the client: EdgeClient has what aiohttp
-                # reads
-                resp = await self.flow.serve(request, openai_renderer, cast(web.Request, client))
+                # reads (typing.cast would cost a call a request)
+                flow_client: Any = client
+                resp = await self.flow.answer(request, openai_renderer, flow_client)
                 status = resp.status
-                if not resp.prepared:
+                if isinstance(resp, Whole):
+                    reply = self._whole(resp, headers, rid)
+                elif not resp.prepared:
                     reply = self._reply(resp, headers, rid)
             except errors.ApiError as err:
                 status, code = err.status, err.code
@@ -210,11 +220,19 @@ class EdgeRoutes:
                 hold.held = 0
             took = loop_time() - start
             self.metrics.request_done("POST", route.path, status, code, took)
-            log.debug("request_finished", status=status, code=code, ms=round(took * 1e3, 1))
+            if debug:
+                log.debug("request_finished", status=status, code=code, ms=round(took * 1e3, 1))
             _RID.reset(bound)
         if span is not None:
             span.set_attribute("http.response.status_code", status)
         return reply
+
+    def _whole(self, whole: Whole, headers: CIMultiDict[str], rid: str) -> Reply:
+        """A `Whole` as the edge writes it: its headers rendered at once (no aiohttp response
+        built and taken apart), unless CORS or the request id must be added to them."""
+        if self.cors is not None or "X-Request-Id" not in whole.headers:
+            return self._reply(as_response(whole), headers, rid)
+        return whole_body_reply(whole.status, whole.body, whole.content_type, whole.headers)
 
     def _reply(self, resp: web.StreamResponse, headers: CIMultiDict[str], rid: str) -> Reply:
         """A whole answer as the edge writes it, with its request id and CORS headers."""

@@ -49,7 +49,7 @@ class Reply:
     """A whole response a handler may return instead of writing through `EdgeResponse`."""
 
     status: int
-    body: bytes = b""
+    body: bytes | bytearray = b""  # a bytearray as read (written once, never changed)
     headers: Headers = JSON  # bytes: header lines already rendered and checked
 
 

@@ -134,7 +134,7 @@ class ResponseWriter:
         self,
         status: int,
         headers: Headers,
-        body: bytes,
+        body: bytes | bytearray,
     ) -> bytes:
         """Head, body and end in one buffer (one write for a whole response)."""
         data = self.head(status, headers, len(body))

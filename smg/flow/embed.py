@@ -25,6 +25,7 @@ from aiohttp import web
 from smg import errors
 from smg.core.dp import rank_of
 from smg.core.snapshots import WorkerSnapshot
+from smg.flow.answer import Answer
 from smg.flow.prepare import Preparer
 from smg.flow.render import ROUTED_WORKER_HEADER
 from smg.flow.request import Kind, Request
@@ -71,7 +72,7 @@ class Embedder:
         raw: bytes,
         inputs: list[Input],
         candidates: tuple[WorkerSnapshot, ...],
-    ) -> web.StreamResponse:
+    ) -> Answer:
         tok = self.preparer.tokenizer(req.model, candidates)
         tokenized: list[tuple[list[int], str]] = []
         for i, item in enumerate(inputs):

@@ -15,12 +15,13 @@ from typing import Any
 
 
 class InFlight:
-    __slots__ = ("_empty", "_loop", "tasks")
+    __slots__ = ("_loop", "_waiters", "tasks")
 
     def __init__(self) -> None:
         self.tasks: dict[asyncio.Task[Any], float] = {}  # task -> when it was admitted
-        self._empty = asyncio.Event()
-        self._empty.set()
+        # who waits for the table to empty (the drain): a future each, woken by the last
+        # `remove`; no Event set and cleared by every request that finds the table empty
+        self._waiters: list[asyncio.Future[None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None  # the one requests run in
 
     def __len__(self) -> int:
@@ -35,21 +36,29 @@ class InFlight:
         task = asyncio.current_task(loop)
         assert task is not None, "a request runs in a task"
         self.tasks[task] = now
-        if len(self.tasks) == 1:
-            self._empty.clear()
         return task
 
     def remove(self, task: asyncio.Task[Any]) -> None:
-        self.tasks.pop(task, None)
-        if not self.tasks:
-            self._empty.set()
+        tasks = self.tasks
+        tasks.pop(task, None)
+        if not tasks and self._waiters:
+            for fut in self._waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def ages(self, now: float) -> list[float]:
         """How long each request in flight has run (smg_http_inflight_request_age_count)."""
         return [now - t for t in self.tasks.values()]
 
     async def wait_empty(self) -> None:
-        await self._empty.wait()
+        """Return once no request is in flight (at once if none is)."""
+        while self.tasks:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await fut
+            finally:
+                self._waiters.remove(fut)
 
     def cancel_all(self, reason: str) -> int:
         """Cancel every request still running (the drain's grace period is over)."""

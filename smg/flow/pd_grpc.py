@@ -41,6 +41,7 @@ from smg.clock import Clock
 from smg.core.dp import rank_of
 from smg.core.snapshots import WorkerSnapshot
 from smg.flow import render
+from smg.flow.answer import Answer
 from smg.flow.legs import LegFailed, fail_client
 from smg.flow.prepare import Prepared
 from smg.flow.render import (
@@ -140,7 +141,7 @@ class _Answer:
         }
         self.outcome: bool | None = None
         self.resp: web.StreamResponse | None = None  # a stream, once started
-        self.out: web.StreamResponse | None = None  # the answer, once complete
+        self.out: Answer | None = None  # the answer, once complete
 
     @property
     def started(self) -> bool:
@@ -194,7 +195,7 @@ class GrpcPd:
         prepared: Prepared,
         route: RouteRequest,
         render_with: RenderFactory,
-    ) -> web.StreamResponse:
+    ) -> Answer:
         """Serve through a PD pair; a prefill that fails before the client got anything is
         left out and the request tried again on another pair, `prefill_retries` times at most
         (each retry under a fresh request id, so the aborts of the old legs cannot hit it). One
@@ -228,7 +229,7 @@ class GrpcPd:
         candidates: tuple[WorkerSnapshot, ...],
         may_retry: bool,
         deadline: float,
-    ) -> web.StreamResponse:
+    ) -> Answer:
         if self.clock.now() >= deadline:
             raise errors.upstream_timeout(self.timeout_s)
         pair = self.pairing.pick(candidates, route)

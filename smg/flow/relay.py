@@ -28,6 +28,7 @@ from aiohttp import web
 
 from smg import errors, tracing
 from smg.core.idle import Watch
+from smg.flow.answer import Answer, Whole
 from smg.flow.pipe import Pipe
 from smg.flow.render import ROUTED_WORKER_HEADER, SSE_HEADERS
 from smg.flow.runner import Attempt, Runner, outcome_of
@@ -130,13 +131,13 @@ class HttpRelay:
         attempt: Attempt[H1Response],
         request_id: str,
         stream: bool,
-    ) -> Coroutine[Any, Any, web.StreamResponse]:
+    ) -> Coroutine[Any, Any, Answer]:
         """The answer's relay, to await (no frame of its own on the request's path)."""
         if stream and is_event_stream(attempt.response):
             return self.stream(client, attempt, request_id)
         return self.whole(attempt, request_id)  # size-capped, whatever the client asked
 
-    async def whole(self, attempt: Attempt[H1Response], request_id: str) -> web.Response:
+    async def whole(self, attempt: Attempt[H1Response], request_id: str) -> Whole:
         upstream = attempt.response
         success: bool | None = None  # stays None if the client leaves first
         read = False
@@ -153,7 +154,7 @@ class HttpRelay:
             headers = answer_headers(upstream)
             headers["X-Request-Id"] = request_id
             headers[ROUTED_WORKER_HEADER] = attempt.worker.worker_id
-            return web.Response(body=data, status=upstream.status, headers=headers)
+            return Whole(data, headers, upstream.status, None)  # the worker's own Content-Type
         finally:
             if read:
                 upstream.release()

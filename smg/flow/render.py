@@ -26,6 +26,7 @@ from aiohttp import web
 
 from smg import errors
 from smg.errors import ApiError
+from smg.flow.answer import Whole
 from smg.metrics.router import CURRENT, answered
 from smg.pipeline.backends.grpc_pool import EngineStream
 from smg.pipeline.chat_answer import ChatStep
@@ -107,8 +108,9 @@ async def whole(
     headers: dict[str, str],
     engine_id: str,
     finish: Callable[[bool | None], None],
-) -> web.Response:
-    """Collect one engine call into one body; `finish(success)` reports the outcome."""
+) -> Whole:
+    """Collect one engine call into one body (a `Whole`: no aiohttp response is built for it);
+    `finish(success)` reports the outcome."""
     success: bool | None = None  # stays None if the client leaves first
     probe = CURRENT.get()
     try:
@@ -123,7 +125,7 @@ async def whole(
         body = renderer.whole()
         if body is None:
             raise engine_failure(renderer, headers.get("X-Request-Id"), engine_id)
-        return web.Response(body=body, content_type="application/json", headers=headers)
+        return Whole(body, headers)
     finally:
         await engine.aclose()
         finish(success)

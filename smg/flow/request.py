@@ -44,6 +44,10 @@ class Kind(enum.Enum):
     )
     CLASSIFY = "classify"  # HTTP workers only (passed through)
 
+    # members are singletons compared by identity: hashed by it too, in C (Enum's own __hash__
+    # is a Python call, paid by every `kind in TOKEN_KINDS` of a request)
+    __hash__ = object.__hash__
+
 
 # The kinds token mode can prepare (chat template or tokenizer, then Generate)
 TOKEN_KINDS = frozenset({Kind.CHAT, Kind.COMPLETION, Kind.GENERATE})

@@ -31,6 +31,7 @@ from aiohttp import web
 from smg import errors, tracing
 from smg.core.snapshots import WorkerSnapshot
 from smg.flow.admission import Admission
+from smg.flow.answer import Answer, as_response
 from smg.flow.embed import Embedder, wants_engines
 from smg.flow.inflight import InFlight
 from smg.flow.pd_grpc import GrpcPd
@@ -76,7 +77,12 @@ class Flow:
     async def serve(
         self, req: Request, render_with: RenderFactory, client: web.Request
     ) -> web.StreamResponse:
-        """The client's answer to `req`; `render_with` makes the surface's renderer for an
+        """`answer` for aiohttp's server: a whole answer as a `web.Response`."""
+        return as_response(await self.answer(req, render_with, client))
+
+    async def answer(self, req: Request, render_with: RenderFactory, client: web.Request) -> Answer:
+        """The client's answer to `req`: a stream (prepared and written against `client`) or
+        a `Whole` the caller's server writes; `render_with` makes the surface's renderer for an
         engine's events. Client-facing failures raise `ApiError`. One coroutine for the whole
         run (a nested one costs a frame on every resume)."""
         metrics = self.metrics
@@ -102,6 +108,7 @@ class Flow:
             with tracing.stage("queueing"):
                 await self.admission.acquire()
             task = self.inflight.add(clock.now())
+            resp: Answer
             try:
                 if inputs is not None:
                     resp = await self.embedder.serve(client, req, raw, inputs, candidates)

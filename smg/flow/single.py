@@ -21,6 +21,7 @@ from aiohttp import web
 from smg import tracing
 from smg.core.snapshots import WorkerSnapshot
 from smg.flow import chat, render
+from smg.flow.answer import Answer
 from smg.flow.prepare import Prepared
 from smg.flow.relay import HttpRelay
 from smg.flow.render import ROUTED_WORKER_HEADER, ChatRenderer, RenderFactory
@@ -51,8 +52,9 @@ class SingleWorker:
         route: RouteRequest,
         prepared: Prepared | None,
         render_with: RenderFactory,
-    ) -> web.StreamResponse:
-        """`raw`: the bytes an HTTP worker gets (engine ids already the gateway's)."""
+    ) -> Answer:
+        """`raw`: the bytes an HTTP worker gets (engine ids already the gateway's). A whole
+        answer the gateway renders comes back as a `Whole` (the caller's server writes it)."""
         attempt = await self.runner.open(
             model=req.model,
             route=route,
@@ -118,7 +120,7 @@ class SingleWorker:
         attempt: Attempt[EngineStream],
         prepared: Prepared,
         render_with: RenderFactory,
-    ) -> web.StreamResponse:
+    ) -> Answer:
         renderer = render_with(prepared.spec, prepared.tokenizer.decode_sync, self.runner.clock.now)
         headers = {"X-Request-Id": req.client_id, ROUTED_WORKER_HEADER: attempt.worker.worker_id}
         runner = self.runner

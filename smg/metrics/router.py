@@ -236,7 +236,7 @@ class RouterMetrics:
             child = self._upstream[(router, status)] = self.upstream.labels(
                 router, str(status), code
             )
-        child.inc()
+        child.value += 1.0  # CounterChild.inc, inline (a call a request saved)
 
     def done(self, p: RequestProbe, now: float, status: int | None) -> None:
         """The request's answer has ended: `status` is the failure's status (None: answered)."""
@@ -251,7 +251,7 @@ class RouterMetrics:
         c = self._children.get(key)
         if c is None:
             c = self._children[key] = _Children(self, key)
-        c.req.inc()
+        c.req.value += 1.0  # the children's `inc`, inline (a call each a request saved)
         elapsed = now - p.start
         c.dur.observe(elapsed)
         if status is not None or p.failed:
@@ -263,8 +263,8 @@ class RouterMetrics:
         if p.tokens_in is None:
             return  # a pass-through answer: the gateway did not read its tokens
         c.gen.observe(elapsed)
-        c.tok_in.inc(p.tokens_in)
-        c.tok_out.inc(p.tokens_out)
+        c.tok_in.value += p.tokens_in
+        c.tok_out.value += p.tokens_out
         if p.first_at is not None:
             ttft = p.first_at - p.start
             c.ttft.observe(ttft)

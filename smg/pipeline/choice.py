@@ -11,8 +11,9 @@ tokens. Pure: no IO.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from smg.core.records import record
 from smg.pipeline.detokenize import DecodeFn, IncrementalDetokenizer
 from smg.pipeline.engine_types import Finished, TokenLogprob
 from smg.pipeline.parsers.types import ParseDelta, Parser
@@ -21,7 +22,7 @@ from smg.pipeline.stop import StopAutomaton, StopMatcher, compile_stops
 DONE_FRAME = b"data: [DONE]\n\n"
 
 
-@dataclass(frozen=True, slots=True)
+@record  # frozen to the type checker; a plain slots init (built on every request)
 class OutputSpec:
     """What the request asked for, as the shaper needs it."""
 

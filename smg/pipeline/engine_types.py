@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from smg.core.records import record
 
-@dataclass(frozen=True, slots=True)
+
+@record  # frozen to the type checker; a plain slots init (built on every request)
 class SamplingParams:
     """Sampling as the OpenAI request asked for it, validated. None means "engine default"."""
 
@@ -40,7 +42,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EngineRequest:
     request_id: str
     input_ids: tuple[int, ...]

@@ -12,9 +12,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from smg.api.edge_answers import EdgeClient, client_headers, header_block, whole_reply
+from smg.api.edge_answers import (
+    EdgeClient,
+    client_headers,
+    header_block,
+    whole_body_reply,
+    whole_reply,
+)
 from smg.edge.h1 import RequestHead
 from smg.edge.server import EdgeRequest, EdgeResponse, EdgeServer, Reply
+from smg.flow.answer import Whole, as_response
 
 pytestmark = pytest.mark.unit
 
@@ -34,6 +41,9 @@ async def _handler(req: EdgeRequest, out: EdgeResponse) -> Reply | None:
         return whole_reply(resp)
     if path == b"/text":
         return whole_reply(web.Response(text="héllo"))
+    if path == b"/neutral":  # the flow's `Whole`, rendered without an aiohttp response
+        w = Whole(b'{"b":2}', {"X-Request-Id": "r-1", "X-B": "é"}, status=202)
+        return whole_body_reply(w.status, w.body, w.content_type, w.headers)
     origin = dict((k.decode(), v.decode()) for k, v in req.head.headers).get("Origin")
     client = EdgeClient(req.head, path.decode(), out, origin, _cors)
     stream = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
@@ -66,6 +76,35 @@ async def test_a_whole_answer_keeps_status_headers_and_body(url: str) -> None:
         async with s.get(url + "/text") as r:  # same connection: framing was right
             assert r.headers["Content-Type"].startswith("text/plain")
             assert (await r.read()).decode() == "héllo"
+        async with s.get(url + "/neutral") as r:
+            assert r.status == 202
+            assert r.headers["Content-Type"] == "application/json"
+            assert r.headers["X-Request-Id"] == "r-1"
+            assert r.headers["X-B"] == "é"
+            assert r.headers["Content-Length"] == "7"
+            assert await r.read() == b'{"b":2}'
+
+
+def test_a_whole_becomes_the_same_aiohttp_response() -> None:
+    """The aiohttp routes get from a `Whole` what `render.whole` built before it."""
+    w = Whole(b"{}", {"X-Request-Id": "r-2"}, status=200)
+    resp = as_response(w)
+    assert isinstance(resp, web.Response)
+    assert (resp.status, resp.body, resp.content_type) == (200, b"{}", "application/json")
+    assert resp.headers["X-Request-Id"] == "r-2"
+    stream = web.StreamResponse()
+    assert as_response(stream) is stream
+    # a relayed answer's headers carry their own type (any case); none: typed as aiohttp does
+    relayed = whole_body_reply(200, b"x", None, {"content-type": "text/plain", "X-A": "1"})
+    assert relayed.headers == b"content-type: text/plain\r\nX-A: 1\r\n"
+    untyped = whole_body_reply(200, b"x", None, {"X-A": "1"})
+    assert untyped.headers == b"Content-Type: application/octet-stream\r\nX-A: 1\r\n"
+    assert whole_body_reply(204, b"", None, {}).headers == b""
+    assert as_response(Whole(b"x", {"X-A": "1"}, 200, None)).content_type == (
+        "application/octet-stream"
+    )
+    with pytest.raises(ValueError, match="line break"):
+        whole_body_reply(200, b"", "application/json", {"X-Bad": "a\r\nInjected: 1"})
 
 
 async def test_a_stream_is_chunked_and_ends(url: str) -> None:

@@ -10,8 +10,9 @@ never by position.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
+
+from smg.core.records import record
 
 
 class Candidate(Protocol):
@@ -29,7 +30,7 @@ class Candidate(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@record  # frozen to the type checker; a plain slots init (built on every request)
 class RouteRequest:
     """What a policy may look at in a request."""
 

@@ -26,7 +26,8 @@ from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.metrics import Metrics
 from smg.pipeline.backends.grpc import EngineClient
 from smg.pipeline.backends.grpc_pool import DispatchProber, EnginePool, GrpcProber
-from smg.pipeline.backends.http import HttpBackend, HttpProber
+from smg.pipeline.backends.http import HttpBackend
+from smg.pipeline.backends.http_probe import HttpProber
 from smg.pipeline.backends.provider_probe import ProviderProber
 from smg.pipeline.kv_index import KvIndexes
 from smg.pipeline.loads import LoadBoard

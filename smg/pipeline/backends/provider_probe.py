@@ -12,11 +12,11 @@ from smg.core.health import ProbeResult
 from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline.backends.http import (
     CONTROL_BODY_BYTES,
-    PROBE_ERRORS,
     UNWATCHED,
     HttpBackend,
     read_capped,
 )
+from smg.pipeline.backends.http_probe import PROBE_ERRORS
 from smg.pipeline.backends.provider_http import bearer_key
 
 

@@ -17,7 +17,8 @@ from support.event_log import worker_snapshot
 
 from smg.config import SimConfig
 from smg.core import dp
-from smg.pipeline.backends.http import HttpBackend, HttpProber
+from smg.pipeline.backends.http import HttpBackend
+from smg.pipeline.backends.http_probe import HttpProber
 from smg.sim.http_worker import build_app, start, worker_of
 
 

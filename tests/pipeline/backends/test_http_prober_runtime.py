@@ -10,7 +10,7 @@ import pytest
 from smg.actors.worker import initial_snapshot
 from smg.config import CircuitBreakerConfig
 from smg.core.circuit_breaker import CircuitBreaker
-from smg.pipeline.backends.http import HttpProber
+from smg.pipeline.backends.http_probe import HttpProber
 
 
 class FakeBackend:

@@ -20,7 +20,8 @@ from smg.config import CircuitBreakerConfig, SimConfig
 from smg.core.circuit_breaker import CircuitBreaker
 from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline.backends.grpc_pool import EnginePool
-from smg.pipeline.backends.http import HttpBackend, HttpProber, UpstreamError
+from smg.pipeline.backends.http import HttpBackend, UpstreamError
+from smg.pipeline.backends.http_probe import HttpProber
 from smg.sim.http_worker import build_app, start
 from smg.tls import ServerTls, WorkerTls
 

@@ -13,7 +13,9 @@ from support.event_log import worker_snapshot
 
 from smg.core.health import HealthStatus
 from smg.core.snapshots import RegistrySnapshot, WorkerSnapshot
-from smg.pipeline.backends.http import HttpBackend, HttpProber, model_ids
+from smg.pipeline.backends.http import HttpBackend
+from smg.pipeline.backends.http_probe import HttpProber
+from smg.pipeline.providers.openai import model_ids
 from smg.sim.http_worker import start
 
 

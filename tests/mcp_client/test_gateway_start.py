@@ -25,8 +25,10 @@ def _config(tmp_path: Path, *, required: bool) -> Path:
     path = tmp_path / "mcp.yaml"
     path.write_text(
         "servers:\n"
+        # the stdio server is a Python process importing the mcp SDK: on a loaded box (the
+        # parallel suite) it can take longer than the default 10 s to answer its handshake
         f"  - {{name: local, protocol: stdio, command: {sys.executable}, args: [{SERVER}, stdio],"
-        " required: true}\n"
+        " required: true, connect_timeout_secs: 60}\n"
         f"  - {{name: search, protocol: streamable, url: '{down}', token: '${{SEARCH_TOKEN}}',"
         f" required: {'true' if required else 'false'}, connect_timeout_secs: 5}}\n"
     )

@@ -15,6 +15,23 @@ from collections.abc import Callable
 from typing import Protocol
 
 
+class RunningLoop:
+    """The running event loop, remembered for the hot paths that ask for it on every request:
+    `asyncio.get_running_loop()` makes a getpid() system call on CPython 3.11. Asked again once
+    the remembered loop has stopped (a test's next loop)."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
+
+
 class TimerHandle(Protocol):
     def cancel(self) -> None: ...
 

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import Any
 
-from smg.clock import LoopClock
+from smg.clock import LoopClock, RunningLoop
 
 
 def early_wake(timer: Any) -> None:
@@ -32,3 +32,15 @@ async def test_cancel_holds_after_a_rearm() -> None:
     timer.cancel()
     await asyncio.sleep(0.1)
     assert fired == []
+
+
+def test_running_loop_is_remembered_while_it_runs_and_asked_again_after() -> None:
+    memo = RunningLoop()
+
+    async def twice() -> tuple[asyncio.AbstractEventLoop, asyncio.AbstractEventLoop]:
+        return memo.get(), memo.get()
+
+    first, again = asyncio.run(twice())
+    assert first is again  # remembered within one loop
+    second, _ = asyncio.run(twice())
+    assert second is not first  # the stopped loop is not handed out

@@ -33,6 +33,7 @@ from smg.api.auth import AuthGate
 from smg.api.connection_guard import ConnectionGuard
 from smg.api.edge_answers import EdgeClient, client_headers, whole_body_reply, whole_reply
 from smg.api.middleware import error_response, traced_route
+from smg.clock import RunningLoop
 from smg.core.auth import JwtCheck, RouteClass, classify
 from smg.edge.exchange import EdgeRequest, EdgeResponse, Reply
 from smg.flow.admission import Admission
@@ -109,7 +110,7 @@ class EdgeRoutes:
         self.max_payload = max_payload
         self.rate_check = rate_check
         self.cors = gate.add_cors if gate.core.cors_origins else None
-        self._loop: asyncio.AbstractEventLoop | None = None  # the one requests run in
+        self._loop = RunningLoop()
         # the level is set before the routes are built (smg/logs.py): a debug line's call (the
         # lazy logger's bind and the call's arguments) is skipped at once when it is off
         self.debug = log.bind().is_enabled_for(logging.DEBUG)
@@ -152,10 +153,7 @@ class EdgeRoutes:
         through `out`. One coroutine for the whole of it (the checks, the flow's call): each
         nested one costs a frame a request; `span`: the request's server span, if traced."""
         bound = _RID.set(rid)  # structlog's `request_id` for every log line of the request
-        loop = self._loop
-        if loop is None or not loop.is_running():  # get_running_loop() costs a getpid() (3.11)
-            loop = self._loop = asyncio.get_running_loop()
-        loop_time = loop.time
+        loop_time = self._loop.get().time
         start = loop_time()
         debug = self.debug
         if debug:

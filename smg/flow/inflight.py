@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from smg.clock import RunningLoop
+
 
 class InFlight:
     __slots__ = ("_loop", "_waiters", "tasks")
@@ -22,7 +24,7 @@ class InFlight:
         # who waits for the table to empty (the drain): a future each, woken by the last
         # `remove`; no Event set and cleared by every request that finds the table empty
         self._waiters: list[asyncio.Future[None]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None  # the one requests run in
+        self._loop = RunningLoop()
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -30,10 +32,7 @@ class InFlight:
     def add(self, now: float) -> asyncio.Task[Any]:
         """Register the running task (the request's handler), admitted at `now`; `remove` it
         when it is done."""
-        loop = self._loop
-        if loop is None or not loop.is_running():  # get_running_loop() costs a getpid() (3.11)
-            loop = self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
+        task = asyncio.current_task(self._loop.get())
         assert task is not None, "a request runs in a task"
         self.tasks[task] = now
         return task

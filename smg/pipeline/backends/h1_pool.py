@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from smg.clock import RunningLoop
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.h1_body import Body, H1Response, headers_of
 from smg.pipeline.backends.h1_client import (
@@ -241,7 +242,7 @@ class H1Client:
         self._idle: dict[Key, list[_Conn]] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None  # the last one requests ran in
+        self._loop = RunningLoop()
 
     async def request(
         self,
@@ -253,9 +254,7 @@ class H1Client:
         """Send `data` (one whole request, `h1_client.request_bytes`); return once the answer's
         head is in. The deadline (`timeout_s` from now) bounds the connect, the head and the
         body."""
-        loop = self._loop
-        if loop is None or not loop.is_running():  # the running one, without a getpid() a call
-            loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop.get()
         deadline = loop.time() + timeout_s
         for fresh in (False, True):
             conn = None if fresh else self._take(target.key, loop.time())

@@ -27,7 +27,8 @@ from aiohttp import web
 from smg import errors
 from smg.errors import ApiError
 from smg.flow.answer import Whole
-from smg.metrics.router import CURRENT, answered
+from smg.flow.engine_pipe import EnginePipe
+from smg.metrics.router import CURRENT, RequestProbe, answered
 from smg.pipeline.backends.grpc_pool import EngineStream
 from smg.pipeline.chat_answer import ChatStep
 from smg.pipeline.detokenize import DecodeFn
@@ -146,27 +147,19 @@ async def stream(
     if probe is not None:
         probe.streaming = True
     try:
-        write = resp.write
-        on_event = renderer.on_event
-        last: list[bytes] = []
         try:
             await resp.prepare(client)
-            async for batch in engine.batches():
-                if probe is not None and probe.first_at is None:
-                    probe.first_at = probe.now()  # TTFT: the first batch, once per request
-                if len(batch) == 1:
-                    frames = on_event(batch[0])
-                else:
-                    frames = []
-                    for ev in batch:
-                        frames += on_event(ev)
-                        if renderer.all_done:
-                            break
-                if renderer.all_done:
-                    last = frames
-                    break
-                if frames:
-                    await write(frames[0] if len(frames) == 1 else b"".join(frames))
+            # piped when what `resp` writes goes straight to the lean edge's writer (not when
+            # a background response's event log is the "client")
+            writer = getattr(resp, "_payload_writer", None)
+            if (
+                engine.pipeable
+                and hasattr(writer, "write_nowait")
+                and type(resp).write is web.StreamResponse.write
+            ):
+                last = await EnginePipe(engine, writer, renderer, probe).run()  # type: ignore[arg-type]
+            else:
+                last = await _pump(engine, resp, renderer, probe)
             success = renderer.error is None
             if probe is not None:
                 answered(probe, renderer)
@@ -181,3 +174,32 @@ async def stream(
     finally:
         await engine.aclose()
         finish(success)
+
+
+async def _pump(
+    engine: EngineStream,
+    resp: web.StreamResponse,
+    renderer: Renderer,
+    probe: RequestProbe | None,
+) -> list[bytes]:
+    """`stream`'s loop where the answer cannot be piped (engine_pipe.py does the same from the
+    engine connection's callbacks): one write per batch; returns the last batch's frames once
+    every choice is done ([] if the stream ended first)."""
+    write = resp.write
+    on_event = renderer.on_event
+    async for batch in engine.batches():
+        if probe is not None and probe.first_at is None:
+            probe.first_at = probe.now()  # TTFT: the first batch, once per request
+        if len(batch) == 1:
+            frames = on_event(batch[0])
+        else:
+            frames = []
+            for ev in batch:
+                frames += on_event(ev)
+                if renderer.all_done:
+                    break
+        if renderer.all_done:
+            return frames
+        if frames:
+            await write(frames[0] if len(frames) == 1 else b"".join(frames))
+    return []

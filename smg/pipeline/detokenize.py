@@ -16,11 +16,19 @@ step decodes only a few tokens: O(1) per token, not O(n).
 
 `finish()` flushes what is pending; an invalid trailing byte sequence comes out as U+FFFD, just
 as a full decode of all the ids would give it.
+
+A decode function that offers `stream(skip_special_tokens)` (the HF tokenizer's `DecodeStream`,
+see `tokenizer.SyncDecoder`) is used instead, one id at a time: the same windows, kept and
+diffed in Rust, ~0.8 µs a token against 2-6 µs for the Python windows above. Its pieces are
+the same text (tests/pipeline/test_detokenize_stream.py holds the two to each other); only the
+split into deltas can differ: it emits the complete ids of a chunk whose last id is still
+partial, where the windows wait for the whole chunk. Should it fail (the text of a longer
+window that does not start with the shorter one's), the windows take over where it stopped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 REPLACEMENT = "\ufffd"
@@ -29,6 +37,10 @@ WINDOW_TOKENS = 5  # longest context kept before it slides (longer windows cost 
 
 class DecodeFn(Protocol):
     def __call__(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+# a stream decoder's step: the text one more id completes (None: nothing yet)
+Step = Callable[[int], "str | None"]
 
 
 class IncrementalDetokenizer:
@@ -41,6 +53,7 @@ class IncrementalDetokenizer:
         "_prefix_text",
         "_read_offset",
         "_skip_special",
+        "_step",
     )
 
     def __init__(self, decode_fn: DecodeFn, *, skip_special_tokens: bool = True) -> None:
@@ -50,6 +63,8 @@ class IncrementalDetokenizer:
         self._prefix_offset = 0
         self._read_offset = 0
         self._prefix_text: str | None = ""  # decode(ids[prefix_offset:read_offset]) if known
+        opener = getattr(decode_fn, "stream", None)
+        self._step: Step | None = opener(skip_special_tokens) if opener is not None else None
 
     @property
     def ids(self) -> list[int]:
@@ -85,7 +100,44 @@ class IncrementalDetokenizer:
         """Add ids from the engine; returns the text they complete (possibly "")."""
         if not new_ids:
             return ""
-        self._ids.extend(new_ids)
+        ids = self._ids
+        ids.extend(new_ids)
+        step = self._step
+        if step is not None:
+            if len(new_ids) == 1:
+                try:
+                    piece = step(new_ids[0])
+                except Exception:  # the windows take over (see the module doc)
+                    return self._windows_from_here()
+                if piece is None:
+                    return ""
+                self._prefix_offset, self._read_offset = self._read_offset, len(ids)
+                return piece
+            return self._stream_many(step, len(ids) - len(new_ids))
+        return self._windows()
+
+    def _stream_many(self, step: Step, start: int) -> str:
+        ids = self._ids
+        pieces: list[str] = []
+        for at in range(start, len(ids)):
+            try:
+                piece = step(ids[at])
+            except Exception:
+                pieces.append(self._windows_from_here())
+                break
+            if piece is not None:
+                pieces.append(piece)
+                self._prefix_offset, self._read_offset = self._read_offset, at + 1
+        return "".join(pieces)
+
+    def _windows_from_here(self) -> str:
+        """The stream decoder failed: the windows go on from the last text it gave (its end and
+        the one before are clean boundaries)."""
+        self._step = None
+        self._prefix_text = None
+        return self._windows()
+
+    def _windows(self) -> str:
         prefix, full = self._window_texts()
         if len(full) > len(prefix) and not full.endswith(REPLACEMENT):
             self._advance(full)
@@ -96,6 +148,9 @@ class IncrementalDetokenizer:
         """The rest of the text at the end of the stream (U+FFFD for invalid trailing bytes)."""
         if self._read_offset == len(self._ids):
             return ""
+        if self._step is not None:  # the windows from the last two boundaries the stream gave
+            self._step = None
+            self._prefix_text = None
         prefix, full = self._window_texts()
         self._advance(full)
         return full[len(prefix) :]

@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
+from tokenizers.decoders import DecodeStream  # tokenizers >= 0.21
 
 from smg.pipeline.chat_template import ChatTemplate, TemplateError
 from smg.pipeline.token_cache import TokenCache
@@ -61,6 +63,25 @@ def _token_content(value: Any) -> str | None:
     return None
 
 
+class SyncDecoder:
+    """`Tokenizer.decode_sync`: inline decode for the small windows of incremental
+    detokenization, and `stream`, the HF tokenizer's own incremental decoder
+    (smg.pipeline.detokenize uses it when offered)."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: HFTokenizer) -> None:
+        self._inner = inner
+
+    def __call__(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        text: str = self._inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return text
+
+    def stream(self, skip_special_tokens: bool) -> Callable[[int], str | None]:
+        """A fresh `DecodeStream`'s step, for one sequence."""
+        return partial(DecodeStream(skip_special_tokens=skip_special_tokens).step, self._inner)
+
+
 class Tokenizer:
     """One model's tokenizer, chat template and token cache."""
 
@@ -76,6 +97,7 @@ class Tokenizer:
         path: Path | None = None,
     ) -> None:
         self._inner = inner
+        self.decode_sync = SyncDecoder(inner)
         # the ids without the offsets (tokenizers >= 0.21), else the offsets too
         self._encode_batch = getattr(inner, "encode_batch_fast", inner.encode_batch)
         self._config = dict(config or {})
@@ -246,11 +268,6 @@ class Tokenizer:
         return self._encode_now(text, add_special_tokens)
 
     # -- decode ------------------------------------------------------------------------------
-
-    def decode_sync(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        """Inline decode for the small windows of incremental detokenization."""
-        text: str = self._inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
-        return text
 
     def _decode_now(self, ids: list[int], skip_special_tokens: bool) -> str:
         text: str = self._inner.decode_batch([ids], skip_special_tokens=skip_special_tokens)[0]

@@ -78,6 +78,7 @@ def test_reasoning_text_and_a_function_call(setup: Setup) -> None:
 
 def test_the_streamed_response_equals_the_whole_one(setup: Setup) -> None:
     kwargs: dict[str, Any] = {"model": MODEL, "input": THINK_AND_CALL, "tools": [WEATHER]}
+    setup.client.responses.create(**kwargs)  # the prompt cached, for both (cached_tokens)
     whole = setup.client.responses.create(**kwargs)
     kinds: list[str] = []
     text: list[str] = []

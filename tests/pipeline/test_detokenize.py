@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.detok import feed_in_chunks
 from support.examples import examples
 
 from smg.pipeline.detokenize import IncrementalDetokenizer
@@ -33,13 +34,7 @@ def tok() -> Tokenizer:
 
 def stream(ids: Sequence[int], sizes: Sequence[int], skip: bool = True) -> str:
     d = IncrementalDetokenizer(tok().decode_sync, skip_special_tokens=skip)
-    out, i, k = [], 0, 0
-    while i < len(ids):
-        n = sizes[k % len(sizes)]
-        out.append(d.feed(ids[i : i + n]))
-        i, k = i + n, k + 1
-    out.append(d.finish())
-    return "".join(out)
+    return feed_in_chunks(d, ids, sizes)
 
 
 @pytest.mark.parametrize("text", TEXTS)

@@ -56,7 +56,7 @@ from smg.pipeline.backends.grpc_errors import (
     open_channel,
     tls_for,
 )
-from smg.pipeline.backends.grpc_generate import GenerateCalls
+from smg.pipeline.backends.grpc_generate import EventBatches, GenerateCalls
 from smg.pipeline.backends.grpc_lean import LeanChannel
 from smg.pipeline.backends.grpc_requests import build_aborts, build_embed
 from smg.pipeline.backends.http import UpstreamError
@@ -177,7 +177,7 @@ class EngineClient(EngineControl):
 
     def generate_batches(
         self, req: EngineRequest, *, timeout_s: float | None = None
-    ) -> AsyncGenerator[list[EngineEvent], None]:
+    ) -> EventBatches:
         """`generate`, a list of events at a time: those of the engine messages that arrived
         together (never empty)."""
         return self._generate.batches(req, timeout_s)

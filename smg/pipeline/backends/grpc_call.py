@@ -2,6 +2,12 @@
 received, in arrival order, then its status; what its reader (`read_batch`) and its connection
 (`_message`, `_end`) see of it. The connection it runs on is a `CallHost`: the call gives back
 flow-control credit for what was read and resets its stream when cancelled or past its deadline.
+
+A call is read in one of two ways. `read_batch` (a task awaits each batch) or, once `pipe` is
+called, a `CallSink` gets them from the connection's callbacks: the messages of one read of the
+socket together (`messages`), then the status (`ended`), with no future or task wake per read.
+A piped call that is `hold`-ing keeps what arrives, unread and uncredited (so the engine stops
+once the stream's window is spent), until `release`.
 """
 
 from __future__ import annotations
@@ -18,11 +24,33 @@ class CallHost(Protocol):
     def consumed(self, sid: int, messages: list[bytes]) -> None: ...
     def cancel_stream(self, sid: int) -> None: ...
 
+    due_calls: list[LeanCall]  # piped calls with messages to hand over at the end of this read
+
+
+class CallSink(Protocol):
+    """Who reads a piped call (see the module doc)."""
+
+    def messages(self, messages: list[bytes]) -> None: ...
+    def ended(self, status: str, details: str) -> None: ...
+
 
 class LeanCall:
     """One server-streaming call: whole response messages in arrival order, then its status."""
 
-    __slots__ = ("_conn", "_details", "_loop", "_messages", "_sid", "_status", "_timer", "_waiter")
+    __slots__ = (
+        "_conn",
+        "_details",
+        "_due",
+        "_held",
+        "_loop",
+        "_messages",
+        "_sid",
+        "_sink",
+        "_status",
+        "_timer",
+        "_told",
+        "_waiter",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         # the loop it runs on (None: the running one, looked up when needed); kept, as each
@@ -35,6 +63,10 @@ class LeanCall:
         self._status: str | None = None  # "OK" or an error code name once the call ended
         self._details = ""
         self._timer: asyncio.TimerHandle | None = None
+        self._sink: CallSink | None = None  # piped: who gets the messages and the end
+        self._held = False  # piped, and the sink wants nothing for now
+        self._due = False  # piped, and on the connection's list to deliver after this read
+        self._told = False  # piped, and the sink was told the end
 
     def done(self) -> bool:
         return self._status is not None
@@ -62,6 +94,39 @@ class LeanCall:
             finally:
                 self._waiter = None
 
+    def pipe(self, sink: CallSink) -> None:
+        """Hand what arrives to `sink` from now on (see the module doc); what arrived before
+        is handed over now."""
+        self._sink = sink
+        self._deliver()
+
+    def hold(self) -> None:
+        """(piped) Keep what arrives, unread and uncredited, until `release`."""
+        self._held = True
+
+    def release(self) -> None:
+        """(piped) Hand over what was kept (now, from the caller's task), then go on."""
+        self._held = False
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """(piped) What has arrived to the sink, then the end once the call is over."""
+        self._due = False
+        sink = self._sink
+        if sink is None or self._held:
+            return
+        messages = self._messages
+        if messages:
+            self._messages = []
+            conn = self._conn
+            if conn is not None:
+                conn.consumed(self._sid, messages)
+            sink.messages(messages)
+        status = self._status
+        if status is not None and not self._told and not self._messages:
+            self._told = True
+            sink.ended(status, self._details)
+
     def detach(self, grace_s: float = 5.0) -> None:
         """The caller needs nothing more from a call the engine is ending anyway (every choice
         finished, only the trailers are still to come): let the engine end it. Resetting every
@@ -84,6 +149,11 @@ class LeanCall:
     # --- fed by the connection ---------------------------------------------------------------
     def _message(self, payload: bytes) -> None:
         self._messages.append(payload)
+        if self._sink is not None:
+            if not self._due and not self._held and self._conn is not None:
+                self._due = True
+                self._conn.due_calls.append(self)  # the connection delivers after this read
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -95,6 +165,9 @@ class LeanCall:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._sink is not None:
+            self._deliver()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -4,8 +4,9 @@ grpc.aio costs ~100 µs of gateway CPU per streamed message (a completion-queue 
 its poller thread for every `read()`); a streamed token is one message. This is a thin asyncio
 shell around the sans-IO `h2_client.ClientConnection`: `data_received` feeds the state machine
 and appends whole gRPC messages to their call, whose reader wakes once per batch of messages that
-arrived together (`read_batch`). Flow-control credit goes back to the engine only for messages
-`read_batch` handed out, so a caller that stops reading (a stalled HTTP client) holds at most one
+arrived together (`read_batch`), or which is piped: handed the messages of each read from this
+callback, with no task wake (`LeanCall.pipe`). Flow-control credit goes back to the engine only
+for messages handed out, so a caller that stops reading (a stalled HTTP client) holds at most one
 stream window (`stream_window_bytes`) in the gateway and blocks the engine's sending, instead of
 buffering the whole generation (the connection window is refilled on receipt, so one stalled
 call does not block the others on its connection: see `h2_client.ClientConnection`).
@@ -68,6 +69,7 @@ class _Connection(asyncio.Protocol):
             max_overdraft_bytes=channel.max_overdraft_bytes,
         )
         self.calls: dict[int, LeanCall] = {}
+        self.due_calls: list[LeanCall] = []  # piped calls that got messages in this read
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.refused = ""  # why the connection was given up before it started (TLS without h2)
@@ -118,6 +120,7 @@ class _Connection(asyncio.Protocol):
             events = self.core.receive(data)
         except H2ProtocolError as exc:
             self._dispatch(exc.events)  # what came before the error is good
+            self._deliver_due()
             self._fail_all("INTERNAL", f"HTTP/2 protocol error from the engine: {exc}")
             self._write_paused = False
             self._flush()  # our GOAWAY, with the error code, if the socket takes it
@@ -125,8 +128,16 @@ class _Connection(asyncio.Protocol):
                 self.transport.abort()
             return
         self._dispatch(events)
+        if self.due_calls:
+            self._deliver_due()
         self._flush_soon()
         self._retire_if_idle()
+
+    def _deliver_due(self) -> None:
+        """Piped calls get the messages of one read together (one write to their client)."""
+        due, self.due_calls = self.due_calls, []
+        for call in due:
+            call._deliver()
 
     def _dispatch(self, events: list[Event]) -> None:
         calls = self.calls

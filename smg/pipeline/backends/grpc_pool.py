@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -24,6 +24,8 @@ from smg.core.idle import IdleSweeper
 from smg.core.snapshots import WorkerSnapshot
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc import EngineClient, EngineError
+from smg.pipeline.backends.grpc_generate import EventBatches
+from smg.pipeline.backends.grpc_lean_stream import EventSink, LeanStream
 from smg.pipeline.backends.http import UpstreamError
 from smg.pipeline.engine_types import EngineEvent, EngineRequest
 from smg.tls import WorkerTls
@@ -173,9 +175,7 @@ class EngineStream:
 
     __slots__ = ("_agen", "_first", "status")
 
-    def __init__(
-        self, agen: AsyncGenerator[list[EngineEvent], None], first: list[EngineEvent]
-    ) -> None:
+    def __init__(self, agen: EventBatches, first: list[EngineEvent]) -> None:
         self._agen = agen
         self._first: list[EngineEvent] | None = first
         self.status = 200
@@ -208,6 +208,32 @@ class EngineStream:
     async def aclose(self) -> None:
         """End the engine call (cancels it and sends Abort if it was still running)."""
         await self._agen.aclose()
+
+    @property
+    def pipeable(self) -> bool:
+        """The rest can be piped (a lean call, not over): see `pipe`."""
+        agen = self._agen
+        return isinstance(agen, LeanStream) and agen.pipeable
+
+    def pipe(self, sink: EventSink) -> None:
+        """Hand the events to `sink` from the engine connection's callbacks from now on (the
+        first batch now, if no one took it), instead of being read. Only when `pipeable`."""
+        agen = self._agen
+        assert isinstance(agen, LeanStream)
+        first, self._first = self._first, None
+        if first:
+            sink.events(first)
+        agen.pipe(sink)
+
+    def pause_source(self) -> None:
+        """(piped) The sink takes nothing for now: the engine is held back (flow control)."""
+        assert isinstance(self._agen, LeanStream)
+        self._agen.hold()
+
+    def resume_source(self) -> None:
+        """(piped) The sink takes events again."""
+        assert isinstance(self._agen, LeanStream)
+        self._agen.release()
 
 
 async def _ready(batch: list[EngineEvent]) -> list[EngineEvent]:

@@ -83,9 +83,10 @@ class ChoiceState:
         self.completion_tokens = 0
         self.logprobs: list[TokenLogprob] = []
 
-    def feed(self, ids: Sequence[int]) -> str:
-        """New safe-to-emit text for `ids`; marks the choice done when a stop string completes."""
-        emit, stopped, matched = self.stop.feed(self.detok.feed(ids))
+    def feed(self, ids: Sequence[int], *, last: bool = False) -> str:
+        """New safe-to-emit text for `ids`; marks the choice done when a stop string completes.
+        `last`: the choice's final ids (the engine's Finished)."""
+        emit, stopped, matched = self.stop.feed(self.detok.feed(ids, last=last))
         if stopped:
             self.done = True
             self.finish_reason = "stop"
@@ -126,7 +127,7 @@ class ChoiceState:
         return delta
 
     def finish(self, ev: Finished) -> str:
-        tail = self.feed(ev.token_ids) if ev.token_ids else ""
+        tail = self.feed(ev.token_ids, last=True) if ev.token_ids else ""
         if self.done:  # a stop string completed within the last tokens
             return tail
         emit, stopped, matched = self.stop.feed(self.detok.finish())

@@ -19,11 +19,11 @@ as a full decode of all the ids would give it.
 
 A decode function that offers `stream(skip_special_tokens)` (the HF tokenizer's `DecodeStream`,
 see `tokenizer.SyncDecoder`) is used instead, one id at a time: the same windows, kept and
-diffed in Rust, ~0.8 µs a token against 2-6 µs for the Python windows above. Its pieces are
-the same text (tests/pipeline/test_detokenize_stream.py holds the two to each other); only the
-split into deltas can differ: it emits the complete ids of a chunk whose last id is still
-partial, where the windows wait for the whole chunk. Should it fail (the text of a longer
-window that does not start with the shorter one's), the windows take over where it stopped.
+diffed in Rust, ~0.8 µs a token against 2-6 µs for the Python windows above; a chunk of ids is
+one call, like one window decode. Its deltas are the same text
+(tests/pipeline/test_detokenize_stream.py holds the two to each other). Should it fail (the text
+of a longer window that does not start with the shorter one's; a tokenizers release whose
+`step` takes no list), the windows take over from the last two boundaries it gave.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class DecodeFn(Protocol):
 
 
 # a stream decoder's step: the text one more id completes (None: nothing yet)
-Step = Callable[[int], "str | None"]
+Step = Callable[["int | list[int]"], "str | None"]
 
 
 class IncrementalDetokenizer:
@@ -49,6 +49,7 @@ class IncrementalDetokenizer:
     __slots__ = (
         "_decode",
         "_ids",
+        "_opener",
         "_prefix_offset",
         "_prefix_text",
         "_read_offset",
@@ -63,8 +64,10 @@ class IncrementalDetokenizer:
         self._prefix_offset = 0
         self._read_offset = 0
         self._prefix_text: str | None = ""  # decode(ids[prefix_offset:read_offset]) if known
-        opener = getattr(decode_fn, "stream", None)
-        self._step: Step | None = opener(skip_special_tokens) if opener is not None else None
+        # the stream decoder, made at the first feed that is not also the last one (a whole
+        # answer's single feed costs one window decode; a new DecodeStream and its step, two)
+        self._opener: Callable[[bool], Step] | None = getattr(decode_fn, "stream", None)
+        self._step: Step | None = None
 
     @property
     def ids(self) -> list[int]:
@@ -96,44 +99,31 @@ class IncrementalDetokenizer:
             self._prefix_text = full
         self._read_offset = n
 
-    def feed(self, new_ids: Sequence[int]) -> str:
-        """Add ids from the engine; returns the text they complete (possibly "")."""
+    def feed(self, new_ids: Sequence[int], *, last: bool = False) -> str:
+        """Add ids from the engine; returns the text they complete (possibly ""). `last`: no
+        feed follows (only `finish`)."""
         if not new_ids:
             return ""
         ids = self._ids
         ids.extend(new_ids)
         step = self._step
+        if step is None and self._opener is not None and not last and len(ids) == len(new_ids):
+            step = self._step = self._opener(self._skip_special)
         if step is not None:
-            if len(new_ids) == 1:
-                try:
-                    piece = step(new_ids[0])
-                except Exception:  # the windows take over (see the module doc)
-                    return self._windows_from_here()
-                if piece is None:
-                    return ""
-                self._prefix_offset, self._read_offset = self._read_offset, len(ids)
-                return piece
-            return self._stream_many(step, len(ids) - len(new_ids))
+            try:  # a chunk's ids in one call, as the windows decode them
+                piece = step(new_ids[0] if len(new_ids) == 1 else list(new_ids))
+            except Exception:  # the windows take over (see the module doc)
+                return self._windows_from_here()
+            if piece is None:
+                return ""
+            self._prefix_offset, self._read_offset = self._read_offset, len(ids)
+            return piece
         return self._windows()
-
-    def _stream_many(self, step: Step, start: int) -> str:
-        ids = self._ids
-        pieces: list[str] = []
-        for at in range(start, len(ids)):
-            try:
-                piece = step(ids[at])
-            except Exception:
-                pieces.append(self._windows_from_here())
-                break
-            if piece is not None:
-                pieces.append(piece)
-                self._prefix_offset, self._read_offset = self._read_offset, at + 1
-        return "".join(pieces)
 
     def _windows_from_here(self) -> str:
         """The stream decoder failed: the windows go on from the last text it gave (its end and
         the one before are clean boundaries)."""
-        self._step = None
+        self._step = self._opener = None
         self._prefix_text = None
         return self._windows()
 
@@ -149,7 +139,7 @@ class IncrementalDetokenizer:
         if self._read_offset == len(self._ids):
             return ""
         if self._step is not None:  # the windows from the last two boundaries the stream gave
-            self._step = None
+            self._step = self._opener = None
             self._prefix_text = None
         prefix, full = self._window_texts()
         self._advance(full)

@@ -77,7 +77,7 @@ class SyncDecoder:
         text: str = self._inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return text
 
-    def stream(self, skip_special_tokens: bool) -> Callable[[int], str | None]:
+    def stream(self, skip_special_tokens: bool) -> Callable[[int | list[int]], str | None]:
         """A fresh `DecodeStream`'s step, for one sequence."""
         return partial(DecodeStream(skip_special_tokens=skip_special_tokens).step, self._inner)
 

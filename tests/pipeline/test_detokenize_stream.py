@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.detok import feed_in_chunks
+from support.detok import chunk_deltas, feed_in_chunks
 from support.examples import examples
 
 from smg.pipeline.detokenize import IncrementalDetokenizer
@@ -30,17 +30,26 @@ def windows_only(ids: Sequence[int], skip_special_tokens: bool = True) -> str:
     return tok().decode_sync(ids, skip_special_tokens)
 
 
+def deltas(decode: object, ids: Sequence[int], sizes: Sequence[int], skip: bool) -> list[str]:
+    """What each chunk's `feed` gave, then `finish`."""
+    d = IncrementalDetokenizer(decode, skip_special_tokens=skip)  # type: ignore[arg-type]
+    out = chunk_deltas(d, ids, sizes)
+    assert d.pending == 0 and d.ids == list(ids)
+    return out
+
+
 def run(decode: object, ids: Sequence[int], sizes: Sequence[int], skip: bool) -> str:
     d = IncrementalDetokenizer(decode, skip_special_tokens=skip)  # type: ignore[arg-type]
-    text = feed_in_chunks(d, ids, sizes)
-    assert d.pending == 0 and d.ids == list(ids)
-    return text
+    return feed_in_chunks(d, ids, sizes)
 
 
 def test_the_real_tokenizer_offers_its_stream_decoder() -> None:
     d = IncrementalDetokenizer(tok().decode_sync)
-    assert d._step is not None
-    assert IncrementalDetokenizer(windows_only)._step is None
+    assert d.feed([9707]) == "Hello" and d._step is not None
+    w = IncrementalDetokenizer(windows_only)
+    assert w.feed([9707]) == "Hello" and w._step is None
+    whole = IncrementalDetokenizer(tok().decode_sync)  # a whole answer: one feed, then finish
+    assert whole.feed([9707, 11], last=True) == "Hello," and whole._step is None
 
 
 SPECIAL = sorted(i for i, t in tok().decode_sync._inner.get_added_tokens_decoder().items())
@@ -59,8 +68,9 @@ def test_stream_decoder_gives_the_windows_text(
     ids: list[int], sizes: list[int], skip: bool
 ) -> None:
     full = tok().decode_sync(ids, skip)
-    assert run(tok().decode_sync, ids, sizes, skip) == full
-    assert run(windows_only, ids, sizes, skip) == full
+    streamed = deltas(tok().decode_sync, ids, sizes, skip)
+    assert "".join(streamed) == full
+    assert streamed == deltas(windows_only, ids, sizes, skip)  # the same delta per chunk
 
 
 class FailingStream:
@@ -72,11 +82,11 @@ class FailingStream:
     def __call__(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return tok().decode_sync(ids, skip_special_tokens)
 
-    def stream(self, skip: bool) -> Callable[[int], str | None]:
+    def stream(self, skip: bool) -> Callable[[int | list[int]], str | None]:
         real = tok().decode_sync.stream(skip)
         seen = [0]
 
-        def step(i: int) -> str | None:
+        def step(i: int | list[int]) -> str | None:
             seen[0] += 1
             if seen[0] == self.fail_at:
                 raise RuntimeError("InvalidPrefix")

@@ -146,19 +146,26 @@ def _normalise_tool_calls(calls: Any, index: int, as_object: bool) -> list[Any]:
 
 def normalise_messages(messages: Sequence[Message], *, object_arguments: bool) -> list[Message]:
     """Copies of `messages` in the shape HF templates expect (see the module docstring)."""
-    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+    # `type(...) is` first: a parsed JSON body's own list and dicts skip the ABC checks
+    if type(messages) is not list and (
+        isinstance(messages, str | bytes) or not isinstance(messages, Sequence)
+    ):
         raise TemplateError("messages must be a list")
     out: list[Message] = []
     for i, message in enumerate(messages):
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+        if (type(message) is not dict and not isinstance(message, Mapping)) or not isinstance(
+            message.get("role"), str
+        ):
             raise TemplateError(f"messages[{i}] must be an object with a string 'role'")
         msg = dict(message)
         content = msg.get("content")
-        if content is None:
+        if isinstance(content, str):
+            pass
+        elif content is None:
             msg["content"] = ""
         elif isinstance(content, list | tuple):
             msg["content"] = _join_text_parts(content, i)
-        elif not isinstance(content, str):
+        else:
             raise TemplateError(f"messages[{i}].content must be a string or a list of parts")
         if msg.get("tool_calls"):
             msg["tool_calls"] = _normalise_tool_calls(msg["tool_calls"], i, object_arguments)
@@ -271,13 +278,16 @@ class ChatTemplate:
         `chat_template_kwargs` is the client's dict (reserved names are refused); keyword
         arguments are trusted extra variables from the gateway itself.
         """
-        extra = dict(chat_template_kwargs or {})
-        clash = RESERVED_VARIABLES.intersection(extra)
-        if clash:
-            raise TemplateError(f"chat_template_kwargs may not set {sorted(clash)}")
         name = self._pick(tools)
+        variables = self._globals[name].copy()
+        if chat_template_kwargs:
+            clash = RESERVED_VARIABLES.intersection(chat_template_kwargs)
+            if clash:
+                raise TemplateError(f"chat_template_kwargs may not set {sorted(clash)}")
+            variables.update(chat_template_kwargs)
+        if template_kwargs:
+            variables.update(template_kwargs)
         msgs = normalise_messages(messages, object_arguments=self._object_args[name])
-        variables = {**self._globals[name], **extra, **template_kwargs}
         variables.update(
             messages=msgs,
             tools=list(tools) if tools else None,
@@ -285,10 +295,13 @@ class ChatTemplate:
         )
         template = self._templates[name]
         try:
-            # `render` without its ChainMap merge: the globals are in `variables` already
-            text: str = template.environment.concat(
-                template.root_render_func(template.new_context(variables, shared=True))
+            # `render` without its ChainMap merge: the globals are in `variables` already; the
+            # context made as `new_context(variables, shared=True)` makes it, minus two calls
+            env = template.environment
+            context = env.context_class(
+                env, variables, template.name, template.blocks, globals=template.globals
             )
+            text: str = env.concat(template.root_render_func(context))
             return text
         except TemplateError:
             raise

@@ -6,9 +6,13 @@ import copy
 import json
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.pipeline.chat_template import (
     ChatTemplate,
@@ -222,3 +226,36 @@ def test_from_dir_override_and_named_list(tmp_path: Path) -> None:
         ChatTemplate.from_tokenizer_dir(tmp_path, override)
     (tmp_path / "chat_template.jinja").write_text("from jinja file")
     assert ChatTemplate.from_tokenizer_dir(tmp_path).render([]) == "from jinja file"
+
+
+_TEXT = st.text(max_size=12)
+_CONTENT = st.one_of(
+    st.none(),
+    _TEXT,
+    st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}), max_size=3),
+    st.just([{"type": "image_url"}]),  # refused
+    st.integers(),  # refused
+)
+_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"])},
+    optional={"content": _CONTENT, "name": _TEXT},
+)
+_MESSAGES = st.lists(st.one_of(_MESSAGE, st.just({"content": "no role"})), max_size=4)
+
+
+def _render_or_error(template: ChatTemplate, messages: Any) -> str:
+    try:
+        return template.render(messages)
+    except TemplateError as exc:
+        return f"error: {exc}"
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(messages=_MESSAGES)
+def test_plain_lists_of_dicts_render_as_any_sequence_of_mappings(
+    qwen3: ChatTemplate, messages: list[dict[str, Any]]
+) -> None:
+    """A parsed body's list of dicts takes `normalise_messages`' fast checks; a tuple of
+    read-only mappings the general ones: the same prompt, or the same error, either way."""
+    generic = tuple(MappingProxyType(m) for m in messages)
+    assert _render_or_error(qwen3, messages) == _render_or_error(qwen3, generic)

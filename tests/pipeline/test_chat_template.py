@@ -18,6 +18,8 @@ from smg.pipeline.chat_template import (
     ChatTemplate,
     TemplateError,
     hf_tojson,
+    normalise_messages,
+    special_token_variables,
     template_wants_object_arguments,
 )
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir
@@ -259,3 +261,25 @@ def test_plain_lists_of_dicts_render_as_any_sequence_of_mappings(
     read-only mappings the general ones: the same prompt, or the same error, either way."""
     generic = tuple(MappingProxyType(m) for m in messages)
     assert _render_or_error(qwen3, messages) == _render_or_error(qwen3, generic)
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(messages=st.lists(_MESSAGE, min_size=1, max_size=4), prompt=st.booleans())
+def test_render_is_jinja2s_own_render(
+    qwen3: ChatTemplate, messages: list[dict[str, Any]], prompt: bool
+) -> None:
+    """`render` builds jinja2's context itself (globals merged once, their keys from a plain
+    dict): the text is what jinja2's `Template.render` gives for the same variables."""
+    try:
+        ours = qwen3.render(messages, add_generation_prompt=prompt)
+    except TemplateError:
+        return  # refused before jinja2 is asked (the generic test covers errors)
+    config = json.loads((qwen3_tokenizer_dir() / "tokenizer_config.json").read_text())
+    template = qwen3._templates["default"]
+    theirs = template.render(
+        **special_token_variables(config),
+        messages=normalise_messages(messages, object_arguments=False),
+        tools=None,
+        add_generation_prompt=prompt,
+    )
+    assert ours == theirs

@@ -77,7 +77,7 @@ class SyncDecoder:
         text: str = self._inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return text
 
-    def stream(self, skip_special_tokens: bool) -> Callable[[int | list[int]], str | None]:
+    def stream(self, skip_special_tokens: bool) -> Callable[[int], str | None]:
         """A fresh `DecodeStream`'s step, for one sequence."""
         return partial(DecodeStream(skip_special_tokens=skip_special_tokens).step, self._inner)
 
@@ -252,6 +252,9 @@ class Tokenizer:
         """Token ids for `text`, from the cache when possible, else tokenized off the loop."""
         cache = self.cache
         if cache is None:
+            if len(text) <= INLINE_ENCODE_MAX_CHARS:  # `_encode_now` inline, two calls fewer
+                encoded = self._encode_batch([text], add_special_tokens=add_special_tokens)
+                return encoded[0].ids
             return await self._encode_raw(text, add_special_tokens)
         probe = cache.probe(text, add_special_tokens)
         if probe.ids is not None:

@@ -6,14 +6,20 @@ import copy
 import json
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.examples import examples
 
 from smg.pipeline.chat_template import (
     ChatTemplate,
     TemplateError,
     hf_tojson,
+    normalise_messages,
+    special_token_variables,
     template_wants_object_arguments,
 )
 from smg.sim.tokenizer_files import qwen3_tokenizer_dir
@@ -222,3 +228,58 @@ def test_from_dir_override_and_named_list(tmp_path: Path) -> None:
         ChatTemplate.from_tokenizer_dir(tmp_path, override)
     (tmp_path / "chat_template.jinja").write_text("from jinja file")
     assert ChatTemplate.from_tokenizer_dir(tmp_path).render([]) == "from jinja file"
+
+
+_TEXT = st.text(max_size=12)
+_CONTENT = st.one_of(
+    st.none(),
+    _TEXT,
+    st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}), max_size=3),
+    st.just([{"type": "image_url"}]),  # refused
+    st.integers(),  # refused
+)
+_MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"])},
+    optional={"content": _CONTENT, "name": _TEXT},
+)
+_MESSAGES = st.lists(st.one_of(_MESSAGE, st.just({"content": "no role"})), max_size=4)
+
+
+def _render_or_error(template: ChatTemplate, messages: Any) -> str:
+    try:
+        return template.render(messages)
+    except TemplateError as exc:
+        return f"error: {exc}"
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(messages=_MESSAGES)
+def test_plain_lists_of_dicts_render_as_any_sequence_of_mappings(
+    qwen3: ChatTemplate, messages: list[dict[str, Any]]
+) -> None:
+    """A parsed body's list of dicts takes `normalise_messages`' fast checks; a tuple of
+    read-only mappings the general ones: the same prompt, or the same error, either way."""
+    generic = tuple(MappingProxyType(m) for m in messages)
+    assert _render_or_error(qwen3, messages) == _render_or_error(qwen3, generic)
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(messages=st.lists(_MESSAGE, min_size=1, max_size=4), prompt=st.booleans())
+def test_render_is_jinja2s_own_render(
+    qwen3: ChatTemplate, messages: list[dict[str, Any]], prompt: bool
+) -> None:
+    """`render` builds jinja2's context itself (globals merged once, their keys from a plain
+    dict): the text is what jinja2's `Template.render` gives for the same variables."""
+    try:
+        ours = qwen3.render(messages, add_generation_prompt=prompt)
+    except TemplateError:
+        return  # refused before jinja2 is asked (the generic test covers errors)
+    config = json.loads((qwen3_tokenizer_dir() / "tokenizer_config.json").read_text())
+    template = qwen3._templates["default"]
+    theirs = template.render(
+        **special_token_variables(config),
+        messages=normalise_messages(messages, object_arguments=False),
+        tools=None,
+        add_generation_prompt=prompt,
+    )
+    assert ours == theirs

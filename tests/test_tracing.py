@@ -21,8 +21,10 @@ def test_off_everything_is_a_no_op() -> None:
     assert not tracing.enabled()
     first, second = tracing.stage("queueing"), tracing.stage("dispatch", "a", "b")
     assert first is second  # one shared object: no span, nothing built per call
-    with first:
-        pass
+    with first as entered, second:  # nested: the shared object is entered twice
+        assert entered is None
+    with pytest.raises(KeyError, match="through"), first:  # it never swallows an exception
+        raise KeyError("through")
     headers: dict[str, str] = {}
     tracing.inject_headers(headers)
     assert headers == {} and tracing.grpc_metadata() == ()

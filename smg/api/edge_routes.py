@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -164,8 +165,8 @@ class EdgeRoutes:
         try:
             try:
                 principal = self.gate.decide_parts(
-                    route.cls, "POST", headers, lambda: _host(req.peer)
-                )
+                    route.cls, "POST", headers, partial(_host, req.peer)
+                )  # partial, not a lambda: one Python call when the peer is asked for
                 if isinstance(principal, JwtCheck):
                     principal = await self.gate.verify(principal)
                 if self.admission.draining:

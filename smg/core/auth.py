@@ -175,6 +175,14 @@ def is_local_name(name: str) -> bool:
     return name.lower() == "localhost" or (len(name) <= 64 and is_loopback_address(name))
 
 
+# Asked for every request without a credential, with the handful of Host values a gateway sees
+# (found in C; bounded, as a client can vary its Host at will).
+@lru_cache(maxsize=1024)
+def _local_host(host: str, bound_names: frozenset[str]) -> bool:
+    name = host_name(host)
+    return is_local_name(name) or name.lower() in bound_names
+
+
 def beyond_loopback(bind_host: str) -> bool:
     """A listener bound to anything but a loopback address (0.0.0.0 and :: included)."""
     return not is_local_name(bind_host)
@@ -330,7 +338,10 @@ class Gate:
     # --- ambient trust ----------------------------------------------------------------------------
     def _require_local(self, headers: Mapping[str, str], peer: str | None, cls: RouteClass) -> None:
         """Loopback peer, loopback Host, not relayed by a proxy, not a cross-site request."""
-        if not is_loopback_address(peer) or any(h in headers for h in PROXY_HEADERS):
+        relayed = False
+        for h in PROXY_HEADERS:  # a loop, not any(generator): no generator resumed per header
+            relayed = relayed or h in headers
+        if relayed or not is_loopback_address(peer):
             plane, flags = (
                 ("data plane", DATA_FLAGS)
                 if cls is RouteClass.DATA
@@ -344,7 +355,7 @@ class Gate:
                 realm=_realm(cls),
             )
         host = headers.get("Host")
-        if host is None or not self.local_host(host):
+        if host is None or not _local_host(host, self.bound_names):
             raise AuthError(
                 403,
                 "untrusted_host",
@@ -352,11 +363,11 @@ class Gate:
                 "127.0.0.1, [::1])",
                 realm=_realm(cls),
             )
-        self._refuse_cross_site(headers, cls)
+        if "Origin" in headers or "Sec-Fetch-Site" in headers:  # else not a browser's request
+            self._refuse_cross_site(headers, cls)
 
     def local_host(self, host: str) -> bool:
-        name = host_name(host)
-        return is_local_name(name) or name.lower() in self.bound_names
+        return _local_host(host, self.bound_names)
 
     def cross_site(self, headers: Mapping[str, str]) -> bool:
         origin = headers.get("Origin")

@@ -161,6 +161,13 @@ TABLE: list[tuple[str, dict[str, Any], RouteClass, dict[str, str], str | None, A
      LB),
     ("sec-fetch cross-site", {}, ADMIN, {**LOCAL, "Sec-Fetch-Site": "cross-site"}, LO,
      XO),
+    # the keyless data plane's checks past the fast paths (a browser's headers in any case)
+    ("cross origin, lower case", {}, DATA, {**LOCAL, "origin": "http://evil.example"}, LO, XO),
+    ("sec-fetch cross-site, data", {}, DATA, {**LOCAL, "sec-fetch-site": "cross-site"}, LO, XO),
+    ("sec-fetch same-origin, data", {}, DATA, {**LOCAL, "Sec-Fetch-Site": "same-origin"}, LO, LB),
+    ("relayed (Forwarded), data", {}, DATA, {**LOCAL, "forwarded": "for=a"}, LO, LOCAL_ONLY),
+    ("relayed (X-Real-IP), data", {}, DATA, {**LOCAL, "X-Real-IP": "203.0.113.5"}, LO,
+     LOCAL_ONLY),
     ("allowed origin", {"cors_origins": frozenset({"https://ui.example"})}, DATA,
      {**LOCAL, "Origin": "https://UI.example/"}, LO, LB),
     ("text/plain", {}, DATA, {"Host": "localhost", "Content-Type": "text/plain"}, LO,
@@ -245,6 +252,16 @@ def test_get_needs_no_content_type_and_bound_host_is_local() -> None:
         "loopback", "loopback", Role.ADMIN,
     )  # fmt: skip
     assert outcome(g, ADMIN, {"Host": "10.1.2.4"}, method="GET") == (403, "untrusted_host")
+
+
+def test_a_host_judged_for_one_gate_is_judged_again_for_another() -> None:
+    """The Host cache is keyed by the gate's bound names too: a name local to one gate (its
+    bound address) is not local to a gate bound elsewhere."""
+    host = {**JSON, "Host": "10.1.2.3:30000"}
+    for _ in range(2):  # the second round is served from the cache
+        assert outcome(gate(bound_host="10.1.2.3"), DATA, host) == LB
+        assert outcome(gate(), DATA, host) == (403, "untrusted_host")
+        assert outcome(gate(bound_host="10.9.9.9"), DATA, host) == (403, "untrusted_host")
 
 
 def test_role_check_after_jwt() -> None:

@@ -51,6 +51,9 @@ class _Untraced:
 
 
 _NOOP: AbstractContextManager[None] = _Untraced()
+# `enabled()` as a module attribute: per-request callers read `tracing.on` (no call) before
+# `annotate` or `inject_headers`
+on = False
 _tracer: Any = None  # the SDK tracer while tracing is on
 _provider: Any = None
 _exporter: Any = None
@@ -71,7 +74,7 @@ def endpoint_url(endpoint: str) -> str:
 
 def start(endpoint: str) -> None:
     """Turn tracing on for this process (idempotent)."""
-    global _tracer, _provider, _propagator, _exporter
+    global _tracer, _provider, _propagator, _exporter, on
     if _tracer is not None:
         return
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -98,14 +101,16 @@ def start(endpoint: str) -> None:
     )
     _provider, _exporter, _propagator = provider, exporter, TraceContextTextMapPropagator()
     _tracer = provider.get_tracer("smg")
+    on = True
 
 
 def stop(flush_s: float = FLUSH_AT_STOP_S) -> None:
     """Turn tracing off, flushing what is queued for at most `flush_s`: past it (a collector
     that is down) the exporter is shut, which abandons its retries and the spans."""
-    global _tracer, _provider, _exporter
+    global _tracer, _provider, _exporter, on
     provider, exporter = _provider, _exporter
     _tracer = _provider = _exporter = None
+    on = False
     if provider is None:
         return
     flush = threading.Thread(target=provider.shutdown, name="smg-trace-flush", daemon=True)

@@ -126,7 +126,7 @@ class EdgeRoutes:
             raise errors.unknown_url(method, path)
         headers = client_headers(head)
         rid = rq.request_id_in(headers) or route.id_prefix + rq.new_request_id()
-        if not tracing.enabled():
+        if not tracing.on:
             return self._serve(req, out, route, headers, rid)
         return self._traced(req, out, route, headers, rid)
 

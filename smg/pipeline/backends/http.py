@@ -273,7 +273,7 @@ class HttpBackend:
         target = self._targets.get(worker.url)
         if target is None:
             target = self._targets[worker.url] = target_of(dp.engine_url(worker.url))
-        if tracing.enabled():  # the current (dispatch) span's traceparent goes to the worker
+        if tracing.on:  # the current (dispatch) span's traceparent goes to the worker
             headers = dict(headers)
             tracing.inject_headers(headers)
         total = timeout.total or self.timeout_s

@@ -133,11 +133,11 @@ def bearer(headers: Mapping[str, str]) -> str | None:
 
 def data_plane_key(headers: Mapping[str, str]) -> str | None:
     """A data-plane key: `Authorization: Bearer <key>`, else `x-api-key: <key>` (how Anthropic's
-    SDKs send it; the same keys, data plane only)."""
-    token = bearer(headers)
-    if token is None:
-        token = (headers.get("x-api-key") or "").strip() or None
-    return token
+    SDKs send it; the same keys, data plane only). `bearer` written out: every keyed request
+    asks this."""
+    auth = headers.get("Authorization")
+    token = auth[7:].strip() if auth is not None and auth[:7].lower() == "bearer " else ""
+    return token or (headers.get("x-api-key") or "").strip() or None
 
 
 @lru_cache(maxsize=1024)

@@ -9,9 +9,10 @@ import ipaddress
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
+from support.examples import examples
 
 from smg import errors
 from smg.api.audit import clean
@@ -28,10 +29,12 @@ from smg.core.auth import (
     JwtCheck,
     RouteClass,
     classify,
+    data_plane_key,
     host_name,
     is_json_content_type,
     is_loopback_address,
 )
+from smg.core.auth import bearer as bearer_token
 from smg.core.auth_keys import (
     LOOPBACK,
     Principal,
@@ -252,6 +255,27 @@ def test_get_needs_no_content_type_and_bound_host_is_local() -> None:
         "loopback", "loopback", Role.ADMIN,
     )  # fmt: skip
     assert outcome(g, ADMIN, {"Host": "10.1.2.4"}, method="GET") == (403, "untrusted_host")
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    auth=st.none()
+    | st.sampled_from(["Bearer ", "bearer ", "BEARER  ", "Basic ", "Bearer"]).flatmap(
+        lambda scheme: st.text(" \tk.-", max_size=6).map(lambda t: scheme + t)
+    ),
+    api_key=st.none() | st.text(" \tk", max_size=4),
+)
+def test_the_data_plane_key_is_the_bearer_token_else_x_api_key(
+    auth: str | None, api_key: str | None
+) -> None:
+    """`data_plane_key` (bearer parsing written out) says what `bearer`, then x-api-key, say."""
+    headers: CIMultiDict[str] = CIMultiDict()
+    if auth is not None:
+        headers["Authorization"] = auth
+    if api_key is not None:
+        headers["X-Api-Key"] = api_key
+    expected = bearer_token(headers) or (api_key or "").strip() or None
+    assert data_plane_key(headers) == expected
 
 
 def test_a_host_judged_for_one_gate_is_judged_again_for_another() -> None:

@@ -44,7 +44,9 @@ from smg.core.auth_keys import (
     LOOPBACK,
     Principal,
     Role,
+    bearer,
     control_plane_table,
+    data_plane_key,
     data_plane_table,
     digest,
     role_mapping,
@@ -124,22 +126,6 @@ def is_json_content_type(content_type: str | None) -> bool:
     return main == "application/json" or ("/" in main and main.endswith("+json"))
 
 
-def bearer(headers: Mapping[str, str]) -> str | None:
-    auth = headers.get("Authorization")
-    if auth is None or auth[:7].lower() != "bearer ":
-        return None
-    return auth[7:].strip() or None
-
-
-def data_plane_key(headers: Mapping[str, str]) -> str | None:
-    """A data-plane key: `Authorization: Bearer <key>`, else `x-api-key: <key>` (how Anthropic's
-    SDKs send it; the same keys, data plane only). `bearer` written out: every keyed request
-    asks this."""
-    auth = headers.get("Authorization")
-    token = auth[7:].strip() if auth is not None and auth[:7].lower() == "bearer " else ""
-    return token or (headers.get("x-api-key") or "").strip() or None
-
-
 @lru_cache(maxsize=1024)
 def is_loopback_address(addr: str | None) -> bool:
     """127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 (an IPv4-mapped loopback)."""
@@ -175,9 +161,7 @@ def is_local_name(name: str) -> bool:
     return name.lower() == "localhost" or (len(name) <= 64 and is_loopback_address(name))
 
 
-# Asked for every request without a credential, with the handful of Host values a gateway sees
-# (found in C; bounded, as a client can vary its Host at will).
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=1024)  # the few Host values a gateway sees (bounded: a client picks its own)
 def _local_host(host: str, bound_names: frozenset[str]) -> bool:
     name = host_name(host)
     return is_local_name(name) or name.lower() in bound_names
@@ -338,10 +322,8 @@ class Gate:
     # --- ambient trust ----------------------------------------------------------------------------
     def _require_local(self, headers: Mapping[str, str], peer: str | None, cls: RouteClass) -> None:
         """Loopback peer, loopback Host, not relayed by a proxy, not a cross-site request."""
-        relayed = False
-        for h in PROXY_HEADERS:  # a loop, not any(generator): no generator resumed per header
-            relayed = relayed or h in headers
-        if relayed or not is_loopback_address(peer):
+        # any(map(...)), not any(generator): all in C, no generator resumed per header
+        if not is_loopback_address(peer) or any(map(headers.__contains__, PROXY_HEADERS)):
             plane, flags = (
                 ("data plane", DATA_FLAGS)
                 if cls is RouteClass.DATA
@@ -365,9 +347,6 @@ class Gate:
             )
         if "Origin" in headers or "Sec-Fetch-Site" in headers:  # else not a browser's request
             self._refuse_cross_site(headers, cls)
-
-    def local_host(self, host: str) -> bool:
-        return _local_host(host, self.bound_names)
 
     def cross_site(self, headers: Mapping[str, str]) -> bool:
         origin = headers.get("Origin")

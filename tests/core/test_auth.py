@@ -29,21 +29,21 @@ from smg.core.auth import (
     JwtCheck,
     RouteClass,
     classify,
-    data_plane_key,
     host_name,
     is_json_content_type,
     is_loopback_address,
 )
-from smg.core.auth import bearer as bearer_token
 from smg.core.auth_keys import (
     LOOPBACK,
     Principal,
     Role,
     control_plane_table,
+    data_plane_key,
     data_plane_table,
     digest,
     role_mapping,
 )
+from smg.core.auth_keys import bearer as bearer_token
 from smg.core.jwt_rules import JwtSettings
 from smg.mcp_client.pool import McpPool
 from smg.storage.memory import MemoryStorage

@@ -18,11 +18,13 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
 
 
 def test_off_everything_is_a_no_op() -> None:
-    assert not tracing.enabled()
+    assert not tracing.enabled() and not tracing.on
     first, second = tracing.stage("queueing"), tracing.stage("dispatch", "a", "b")
     assert first is second  # one shared object: no span, nothing built per call
-    with first:
-        pass
+    with first as entered, second:  # nested: the shared object is entered twice
+        assert entered is None
+    with pytest.raises(KeyError, match="through"), first:  # it never swallows an exception
+        raise KeyError("through")
     headers: dict[str, str] = {}
     tracing.inject_headers(headers)
     assert headers == {} and tracing.grpc_metadata() == ()
@@ -45,6 +47,7 @@ def test_endpoint_urls(endpoint: str, url: str) -> None:
 def test_on_a_request_is_one_trace_with_its_stages(receiver: tuple[Receiver, str]) -> None:
     rec, endpoint = receiver
     tracing.start(endpoint)
+    assert tracing.on and tracing.enabled()  # the flag the hot callers read follows start/stop
     incoming = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
     with tracing.server_span("POST /v1/chat/completions", incoming, {"http.route": "/x"}) as root:
         trace_id, root_id = tracing.ids(root)
@@ -65,7 +68,7 @@ def test_on_a_request_is_one_trace_with_its_stages(receiver: tuple[Receiver, str
     assert meta["traceparent"].split("-")[2] == dispatch.span_id
     assert dispatch.attributes == {"server.address": "grpc://e:1"}
     assert server.service == "smg"
-    assert not tracing.enabled()
+    assert not tracing.enabled() and not tracing.on
 
 
 def test_the_standard_sampler_variables_are_honoured(

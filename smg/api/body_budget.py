@@ -16,18 +16,15 @@ from smg.core.byte_budget import ByteBudget
 
 
 class BodyBudget:
-    __slots__ = ("_seq", "_waiters", "clock", "core", "timeout_s")
+    __slots__ = ("_seq", "_waiters", "clock", "core", "largest", "timeout_s")
 
     def __init__(self, capacity: int, timeout_s: float, clock: Clock) -> None:
         self.core = ByteBudget(capacity)
+        self.largest = self.core.largest  # the biggest body that can ever get in
         self.timeout_s = timeout_s
         self.clock = clock
         self._seq = itertools.count()
         self._waiters: dict[int, asyncio.Future[None]] = {}
-
-    @property
-    def largest(self) -> int:
-        return self.core.largest
 
     async def acquire(self, n: int) -> None:
         core = self.core
@@ -58,7 +55,8 @@ class BodyBudget:
             timer.cancel()
 
     def release(self, n: int) -> None:
-        self._wake(self.core.release(n))
+        if tickets := self.core.release(n):
+            self._wake(tickets)
 
     def shrink(self, n: int, to: int) -> None:
         self._wake(self.core.shrink(n, to))

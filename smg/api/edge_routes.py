@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -124,10 +125,16 @@ class EdgeRoutes:
             method, path = head.method.decode("latin-1"), head.path.decode("latin-1")
             raise errors.unknown_url(method, path)
         headers = client_headers(head)
-        rid = rq.request_id_in(headers) or route.id_prefix + rq.new_request_id()
-        if not tracing.enabled():
-            return self._serve(req, out, route, headers, rid)
-        return self._traced(req, out, route, headers, rid)
+        # the request id: the client's, else a new one; the engine's (`rq.engine_id_for`, the
+        # client's headers read once): always one the gateway made
+        rid = rq.request_id_in(headers)
+        if rid is None:
+            rid = engine_id = route.id_prefix + rq.new_request_id()
+        else:
+            engine_id = route.id_prefix + rq.new_request_id()
+        if not tracing.on:
+            return self._serve(req, out, route, headers, rid, engine_id)
+        return self._traced(req, out, route, headers, rid, engine_id)
 
     async def _traced(
         self,
@@ -136,9 +143,10 @@ class EdgeRoutes:
         route: _Route,
         headers: CIMultiDict[str],
         rid: str,
+        engine_id: str,
     ) -> Reply | None:
         with traced_route("POST", route.path, headers) as span:
-            return await self._serve(req, out, route, headers, rid, span)
+            return await self._serve(req, out, route, headers, rid, engine_id, span)
 
     async def _serve(
         self,
@@ -147,6 +155,7 @@ class EdgeRoutes:
         route: _Route,
         headers: CIMultiDict[str],
         rid: str,
+        engine_id: str,
         span: Any = None,
     ) -> Reply | None:
         """Answer the request: a whole answer returned (the edge writes it), a stream written
@@ -164,8 +173,8 @@ class EdgeRoutes:
         try:
             try:
                 principal = self.gate.decide_parts(
-                    route.cls, "POST", headers, lambda: _host(req.peer)
-                )
+                    route.cls, "POST", headers, partial(_host, req.peer)
+                )  # partial, not a lambda: one Python call when the peer is asked for
                 if isinstance(principal, JwtCheck):
                     principal = await self.gate.verify(principal)
                 if self.admission.draining:
@@ -182,7 +191,7 @@ class EdgeRoutes:
                 sampling = route.check(body)
                 request = rq.build_request(
                     headers, principal, rid, route.kind, route.path, raw, body, model, sampling,
-                    route.id_prefix,
+                    engine_id,
                 )  # fmt: skip
                 client = EdgeClient(head, route.path, out, headers.get("Origin"), self.cors)
                 # the flow prepares its streams against the client: EdgeClient has what aiohttp

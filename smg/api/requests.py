@@ -88,7 +88,7 @@ def flow_request(
         body,
         model,
         sampling,
-        engine_id_prefix,
+        engine_id_for(request.headers, request["request_id"], engine_id_prefix),
     )
 
 
@@ -102,10 +102,10 @@ def build_request(
     body: dict[str, Any],
     model: str,
     sampling: SamplingParams | None,
-    engine_id_prefix: str,
+    engine_id: str,
 ) -> Request:
     """`flow_request` from the parts any edge has: the client's headers, the principal the gate
-    admitted and the request id the edge settled on."""
+    admitted, the request id the edge settled on and the engine's (`engine_id_for`)."""
     return Request(
         kind,
         model,
@@ -117,7 +117,7 @@ def build_request(
         headers,
         headers.get(ROUTING_KEY_HEADER),
         rid,
-        engine_id_for(headers, rid, engine_id_prefix),
+        engine_id,
         None if principal is None else principal.tenant,
     )
 

@@ -44,7 +44,9 @@ from smg.core.auth_keys import (
     LOOPBACK,
     Principal,
     Role,
+    bearer,
     control_plane_table,
+    data_plane_key,
     data_plane_table,
     digest,
     role_mapping,
@@ -124,22 +126,6 @@ def is_json_content_type(content_type: str | None) -> bool:
     return main == "application/json" or ("/" in main and main.endswith("+json"))
 
 
-def bearer(headers: Mapping[str, str]) -> str | None:
-    auth = headers.get("Authorization")
-    if auth is None or auth[:7].lower() != "bearer ":
-        return None
-    return auth[7:].strip() or None
-
-
-def data_plane_key(headers: Mapping[str, str]) -> str | None:
-    """A data-plane key: `Authorization: Bearer <key>`, else `x-api-key: <key>` (how Anthropic's
-    SDKs send it; the same keys, data plane only)."""
-    token = bearer(headers)
-    if token is None:
-        token = (headers.get("x-api-key") or "").strip() or None
-    return token
-
-
 @lru_cache(maxsize=1024)
 def is_loopback_address(addr: str | None) -> bool:
     """127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104 (an IPv4-mapped loopback)."""
@@ -173,6 +159,12 @@ def host_name(host: str) -> str:
 
 def is_local_name(name: str) -> bool:
     return name.lower() == "localhost" or (len(name) <= 64 and is_loopback_address(name))
+
+
+@lru_cache(maxsize=1024)  # the few Host values a gateway sees (bounded: a client picks its own)
+def _local_host(host: str, bound_names: frozenset[str]) -> bool:
+    name = host_name(host)
+    return is_local_name(name) or name.lower() in bound_names
 
 
 def beyond_loopback(bind_host: str) -> bool:
@@ -330,7 +322,8 @@ class Gate:
     # --- ambient trust ----------------------------------------------------------------------------
     def _require_local(self, headers: Mapping[str, str], peer: str | None, cls: RouteClass) -> None:
         """Loopback peer, loopback Host, not relayed by a proxy, not a cross-site request."""
-        if not is_loopback_address(peer) or any(h in headers for h in PROXY_HEADERS):
+        # any(map(...)), not any(generator): all in C, no generator resumed per header
+        if not is_loopback_address(peer) or any(map(headers.__contains__, PROXY_HEADERS)):
             plane, flags = (
                 ("data plane", DATA_FLAGS)
                 if cls is RouteClass.DATA
@@ -344,7 +337,7 @@ class Gate:
                 realm=_realm(cls),
             )
         host = headers.get("Host")
-        if host is None or not self.local_host(host):
+        if host is None or not _local_host(host, self.bound_names):
             raise AuthError(
                 403,
                 "untrusted_host",
@@ -352,11 +345,8 @@ class Gate:
                 "127.0.0.1, [::1])",
                 realm=_realm(cls),
             )
-        self._refuse_cross_site(headers, cls)
-
-    def local_host(self, host: str) -> bool:
-        name = host_name(host)
-        return is_local_name(name) or name.lower() in self.bound_names
+        if "Origin" in headers or "Sec-Fetch-Site" in headers:  # else not a browser's request
+            self._refuse_cross_site(headers, cls)
 
     def cross_site(self, headers: Mapping[str, str]) -> bool:
         origin = headers.get("Origin")

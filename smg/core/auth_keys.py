@@ -18,7 +18,7 @@ Tenant identities (the rate limiter's caller key, `Principal.tenant`):
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -60,6 +60,21 @@ LOOPBACK = Principal("loopback", "loopback", "loopback", Role.ADMIN)
 
 def digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+def bearer(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("Authorization")
+    if auth is None or auth[:7].lower() != "bearer ":
+        return None
+    return auth[7:].strip() or None
+
+
+def data_plane_key(headers: Mapping[str, str]) -> str | None:
+    """A data-plane key: `Authorization: Bearer <key>`, else `x-api-key: <key>` (how Anthropic's
+    SDKs send it; the same keys, data plane only). `bearer` written out (a call a request)."""
+    auth = headers.get("Authorization")
+    token = auth[7:].strip() if auth is not None and auth[:7].lower() == "bearer " else ""
+    return token or (headers.get("x-api-key") or "").strip() or None
 
 
 def valid_tenant_id(text: str) -> bool:

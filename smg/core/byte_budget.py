@@ -23,7 +23,16 @@ LARGE_SHARE = 0.75  # what large bodies may hold together
 
 
 class ByteBudget:
-    __slots__ = ("_queue", "_queued", "capacity", "held", "large_cap", "large_held", "small_max")
+    __slots__ = (
+        "_queue",
+        "_queued",
+        "capacity",
+        "held",
+        "large_cap",
+        "large_held",
+        "largest",
+        "small_max",
+    )
 
     def __init__(self, capacity: int) -> None:
         if capacity <= 0:
@@ -31,15 +40,11 @@ class ByteBudget:
         self.capacity = capacity
         self.small_max = max(1, capacity // SMALL_DIVISOR)
         self.large_cap = max(self.small_max, int(capacity * LARGE_SHARE))
+        self.largest = self.large_cap  # the biggest body that can ever be granted
         self.held = 0
         self.large_held = 0
         self._queue: OrderedDict[int, int] = OrderedDict()  # ticket -> bytes, oldest first
         self._queued = [0, 0]  # tickets waiting: [small, large]
-
-    @property
-    def largest(self) -> int:
-        """The biggest body that can ever be granted."""
-        return self.large_cap
 
     @property
     def waiting(self) -> int:
@@ -58,10 +63,19 @@ class ByteBudget:
         `largest`."""
         if n > self.largest:
             raise ValueError(f"{n} bytes can never fit: the largest grant is {self.largest}")
-        large = self.is_large(n)
-        if self.fits(n) and not self._queued[large]:
-            self._take(n)
-            return True
+        # `fits` and `_take` written out: every request body comes through here
+        held = self.held + n
+        if n <= self.small_max:
+            if held <= self.capacity and not self._queued[0]:
+                self.held = held
+                return True
+            large = False
+        else:
+            large_held = self.large_held + n
+            if held <= self.capacity and large_held <= self.large_cap and not self._queued[1]:
+                self.held, self.large_held = held, large_held
+                return True
+            large = True
         self._queue[ticket] = n
         self._queued[large] += 1
         return False
@@ -69,7 +83,7 @@ class ByteBudget:
     def release(self, n: int) -> list[int]:
         """Give back a grant of `n` bytes; the tickets this lets in."""
         self._give(n)
-        return self._grant()
+        return self._grant() if self._queue else []
 
     def shrink(self, n: int, to: int) -> list[int]:
         """A grant of `n` bytes turns out to need only `to` (a body of unknown length, read);
@@ -90,12 +104,12 @@ class ByteBudget:
 
     def _take(self, n: int) -> None:
         self.held += n
-        if self.is_large(n):
+        if n > self.small_max:  # is_large, without the call
             self.large_held += n
 
     def _give(self, n: int) -> None:
         self.held -= n
-        if self.is_large(n):
+        if n > self.small_max:
             self.large_held -= n
         if self.held < 0 or self.large_held < 0:
             raise ValueError("released more bytes than were held")

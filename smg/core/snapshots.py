@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from smg.core.circuit_breaker import BreakerSnapshot
+from smg.core.circuit_breaker import BreakerSnapshot, BreakerState
 from smg.core.health import HealthStatus
 
 T = TypeVar("T")
@@ -98,7 +98,10 @@ class WorkerSnapshot:
         return self.health is HealthStatus.READY
 
     def routable(self, now: float) -> bool:
-        return self.health is HealthStatus.READY and self.breaker.allows(now)
+        breaker = self.breaker  # a closed breaker allows without asking it (a call a request)
+        return self.health is HealthStatus.READY and (
+            breaker.state is not BreakerState.OPEN or breaker.allows(now)
+        )
 
 
 @dataclass(frozen=True, slots=True)

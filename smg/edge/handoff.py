@@ -42,9 +42,14 @@ def request_target(prefix: bytes) -> tuple[bytes, bytes] | None:
 
 def native_routes(routes: Set[tuple[bytes, bytes]]) -> Native:
     """A `native` answer from a set of `(method, path)`: a malformed start counts as native, so
-    the edge's core answers it (400) instead of handing garbage over."""
+    the edge's core answers it (400) instead of handing garbage over. A request line that
+    starts with a native route's method, path and the end of that path is judged by one
+    `startswith` (the usual case: no regex, no match object)."""
+    usual = tuple(b"%s %s%s" % (m, p, end) for m, p in routes for end in (b" ", b"?"))
 
     def native(prefix: bytes) -> bool | None:
+        if prefix.startswith(usual):
+            return True
         target = request_target(prefix)
         if target is None:
             return None

@@ -61,7 +61,11 @@ class Prepared:
 def token_mode(req: Request, candidates: tuple[WorkerSnapshot, ...]) -> bool:
     """True when the request takes the token pipeline: its model has a gRPC worker (embeddings,
     rerank and classify never do: there is nothing to generate)."""
-    return req.kind in TOKEN_KINDS and any(is_grpc_url(w.url) for w in candidates)
+    if req.kind in TOKEN_KINDS:
+        for w in candidates:  # a loop, not any(generator): no generator frame per request
+            if is_grpc_url(w.url):
+                return True
+    return False
 
 
 class Preparer:

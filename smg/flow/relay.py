@@ -72,7 +72,11 @@ def is_event_stream(upstream: H1Response) -> bool:
 
 def answer_headers(upstream: H1Response) -> dict[str, str]:
     """The worker's response headers the client may see (no hop-by-hop ones, not its id)."""
-    return {k: v for k, v in upstream.headers.items() if k.lower() not in DROP_RESPONSE}
+    out = {}
+    for k, v in upstream.headers.items():  # a loop, not a comprehension: no frame a request
+        if k.lower() not in DROP_RESPONSE:
+            out[k] = v
+    return out
 
 
 async def pump(

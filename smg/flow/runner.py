@@ -244,8 +244,9 @@ class Runner:
                     self.metrics.retried(worker, attempt, delay)
                     await clock.sleep(delay)
                     continue
-            tracing.annotate("smg.worker.url", worker.url)
-            tracing.annotate("smg.attempts", attempt)
+            if tracing.on:
+                tracing.annotate("smg.worker.url", worker.url)
+                tracing.annotate("smg.attempts", attempt)
             self.metrics.upstream_answered(status)
             if attempt > 1 and is_retryable_status(status):
                 self.metrics.exhausted(worker)

@@ -104,7 +104,8 @@ class Flow:
                 engines = tokens or inputs is not None
                 label(probe, req.model, candidates, engines=engines, pd=self.pd)
             raw = engine_body(req.raw, req.body, req.engine_id)
-            tracing.annotate("gen_ai.request.model", req.model)
+            if tracing.on:
+                tracing.annotate("gen_ai.request.model", req.model)
             with tracing.stage("queueing"):
                 await self.admission.acquire()
             task = self.inflight.add(clock.now())

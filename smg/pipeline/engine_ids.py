@@ -41,5 +41,7 @@ def with_engine_ids(body: dict[str, Any], engine_id: str) -> dict[str, Any] | No
 def engine_body(raw: bytes, body: dict[str, Any], engine_id: str) -> bytes:
     """The bytes to relay for the client's `raw` body (parsed: `body`): `raw` itself unless it
     names an engine id, then re-encoded with the gateway's."""
+    if "rid" not in body and "request_id" not in body:  # every request but a few: no call
+        return raw
     renamed = with_engine_ids(body, engine_id)
     return raw if renamed is None else orjson.dumps(renamed)

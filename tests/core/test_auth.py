@@ -9,9 +9,10 @@ import ipaddress
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
+from support.examples import examples
 
 from smg import errors
 from smg.api.audit import clean
@@ -37,10 +38,12 @@ from smg.core.auth_keys import (
     Principal,
     Role,
     control_plane_table,
+    data_plane_key,
     data_plane_table,
     digest,
     role_mapping,
 )
+from smg.core.auth_keys import bearer as bearer_token
 from smg.core.jwt_rules import JwtSettings
 from smg.mcp_client.pool import McpPool
 from smg.storage.memory import MemoryStorage
@@ -161,6 +164,13 @@ TABLE: list[tuple[str, dict[str, Any], RouteClass, dict[str, str], str | None, A
      LB),
     ("sec-fetch cross-site", {}, ADMIN, {**LOCAL, "Sec-Fetch-Site": "cross-site"}, LO,
      XO),
+    # the keyless data plane's checks past the fast paths (a browser's headers in any case)
+    ("cross origin, lower case", {}, DATA, {**LOCAL, "origin": "http://evil.example"}, LO, XO),
+    ("sec-fetch cross-site, data", {}, DATA, {**LOCAL, "sec-fetch-site": "cross-site"}, LO, XO),
+    ("sec-fetch same-origin, data", {}, DATA, {**LOCAL, "Sec-Fetch-Site": "same-origin"}, LO, LB),
+    ("relayed (Forwarded), data", {}, DATA, {**LOCAL, "forwarded": "for=a"}, LO, LOCAL_ONLY),
+    ("relayed (X-Real-IP), data", {}, DATA, {**LOCAL, "X-Real-IP": "203.0.113.5"}, LO,
+     LOCAL_ONLY),
     ("allowed origin", {"cors_origins": frozenset({"https://ui.example"})}, DATA,
      {**LOCAL, "Origin": "https://UI.example/"}, LO, LB),
     ("text/plain", {}, DATA, {"Host": "localhost", "Content-Type": "text/plain"}, LO,
@@ -245,6 +255,37 @@ def test_get_needs_no_content_type_and_bound_host_is_local() -> None:
         "loopback", "loopback", Role.ADMIN,
     )  # fmt: skip
     assert outcome(g, ADMIN, {"Host": "10.1.2.4"}, method="GET") == (403, "untrusted_host")
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    auth=st.none()
+    | st.sampled_from(["Bearer ", "bearer ", "BEARER  ", "Basic ", "Bearer"]).flatmap(
+        lambda scheme: st.text(" \tk.-", max_size=6).map(lambda t: scheme + t)
+    ),
+    api_key=st.none() | st.text(" \tk", max_size=4),
+)
+def test_the_data_plane_key_is_the_bearer_token_else_x_api_key(
+    auth: str | None, api_key: str | None
+) -> None:
+    """`data_plane_key` (bearer parsing written out) says what `bearer`, then x-api-key, say."""
+    headers: CIMultiDict[str] = CIMultiDict()
+    if auth is not None:
+        headers["Authorization"] = auth
+    if api_key is not None:
+        headers["X-Api-Key"] = api_key
+    expected = bearer_token(headers) or (api_key or "").strip() or None
+    assert data_plane_key(headers) == expected
+
+
+def test_a_host_judged_for_one_gate_is_judged_again_for_another() -> None:
+    """The Host cache is keyed by the gate's bound names too: a name local to one gate (its
+    bound address) is not local to a gate bound elsewhere."""
+    host = {**JSON, "Host": "10.1.2.3:30000"}
+    for _ in range(2):  # the second round is served from the cache
+        assert outcome(gate(bound_host="10.1.2.3"), DATA, host) == LB
+        assert outcome(gate(), DATA, host) == (403, "untrusted_host")
+        assert outcome(gate(bound_host="10.9.9.9"), DATA, host) == (403, "untrusted_host")
 
 
 def test_role_check_after_jwt() -> None:

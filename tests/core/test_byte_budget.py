@@ -93,13 +93,17 @@ def test_misuse_raises() -> None:
 @given(st.lists(st.tuples(st.sampled_from("rqc"), st.integers(1, 4800)), max_size=60))
 def test_invariants_hold_under_any_sequence(ops: list[tuple[str, int]]) -> None:
     """Held bytes never pass the capacity or the large share; every grant is given back
-    exactly once; a queue with room for its head never stays queued."""
+    exactly once; a queue with room for its head never stays queued; a request is granted at
+    once exactly when it fits and nothing of its class waits."""
     b = ByteBudget(CAP)
     held: dict[int, int] = {}  # ticket -> bytes granted
     queued: dict[int, int] = {}
     for i, (op, n) in enumerate(ops):
         if op == "r":
-            if b.request(i, n):
+            # the rule `request` writes out inline: room for it, and none of its class waiting
+            now = b.fits(n) and not any((m > 100) == (n > 100) for m in queued.values())
+            assert b.request(i, n) is now
+            if now:
                 held[i] = n
             else:
                 queued[i] = n

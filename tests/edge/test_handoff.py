@@ -80,15 +80,17 @@ def test_any_split_gives_the_same_decision_and_bytes(
         raise AssertionError("no decision on a whole request line")
 
 
+def line_then(lines: list[bytes], tails: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
+    """Any bytes, or one of `lines` followed by a tail."""
+    return st.binary(max_size=40) | st.builds(
+        lambda line, tail: line + tail, st.sampled_from(lines), tails
+    )
+
+
 @settings(max_examples=examples(300), deadline=None)
 @given(
     data=st.one_of(
-        st.binary(max_size=40),
-        st.builds(
-            lambda line, tail: line + tail,
-            st.sampled_from([d for d, _ in LINES] + [b"GET /x\r\n", b"\r\nPUT /a?b"]),
-            st.binary(max_size=8),
-        ),
+        line_then([*(d for d, _ in LINES), b"GET /x\r\n", b"\r\nPUT /a?b"], st.binary(max_size=8)),
         st.builds(bytes, st.lists(st.sampled_from(b"GET /?\r\n a"), max_size=24)),
     )
 )
@@ -101,6 +103,31 @@ def test_more_bytes_never_change_a_decision(data: bytes) -> None:
             first = got
         else:
             assert got == first, (data[:k], got, first)
+
+
+ROUTE_LINES = [
+    b"POST /v1/chat/completions",
+    b"GET /edge",
+    b"POST /v1/chat/completionsX",
+    b"\r\nGET /edge",
+    b"GET  /edge",
+    b"get /edge",
+]
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    data=line_then(
+        ROUTE_LINES,
+        st.binary(max_size=8) | st.sampled_from([b" HTTP/1.1\r\n", b"?a=1 ", b"/ ", b"?"]),
+    )
+)
+def test_the_usual_request_line_is_judged_as_request_target_judges_it(data: bytes) -> None:
+    """`native`'s startswith shortcut for a native route's line says what the regex says."""
+    routes = {(b"POST", b"/v1/chat/completions"), (b"GET", b"/edge")}
+    target = request_target(data)
+    expected = None if target is None else target is MALFORMED or target in routes
+    assert native_routes(routes)(data) is expected
 
 
 def test_a_prefix_past_its_bound_is_fed_to_the_core() -> None:

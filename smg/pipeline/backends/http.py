@@ -164,7 +164,10 @@ class HttpBackend:
     ) -> dict[str, str]:
         if worker.provider is not None:  # the vendor gets its credential, nothing of the client
             return self._provider_auth(incoming, worker)
-        out = {k: v for k, v in incoming.items() if k.lower() not in _DROP_REQUEST}
+        out = {}
+        for k, v in incoming.items():  # a loop, not a comprehension: no frame a request
+            if k.lower() not in _DROP_REQUEST:
+                out[k] = v
         out["Content-Type"] = "application/json"
         out["X-Request-Id"] = engine_id
         auth = self.authorization(worker)
@@ -273,7 +276,7 @@ class HttpBackend:
         target = self._targets.get(worker.url)
         if target is None:
             target = self._targets[worker.url] = target_of(dp.engine_url(worker.url))
-        if tracing.enabled():  # the current (dispatch) span's traceparent goes to the worker
+        if tracing.on:  # the current (dispatch) span's traceparent goes to the worker
             headers = dict(headers)
             tracing.inject_headers(headers)
         total = timeout.total or self.timeout_s

@@ -115,6 +115,28 @@ class CallError(Exception):
         self.details = details
 
 
+# the gRPC code of a response whose HTTP status is not 200 (gRPC's HTTP-to-status mapping)
+_HTTP_STATUS_CODES = {
+    "400": "INTERNAL",
+    "401": "UNAUTHENTICATED",
+    "403": "PERMISSION_DENIED",
+    "404": "UNIMPLEMENTED",
+    "429": "UNAVAILABLE",
+    "502": "UNAVAILABLE",
+    "503": "UNAVAILABLE",
+    "504": "UNAVAILABLE",
+}
+
+
+def http_refusal(headers: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """A response head's (code, details) when its HTTP status is not 200 (the call fails)."""
+    status = next((v for k, v in headers if k == ":status"), "")
+    if status == "200":
+        return None
+    code = _HTTP_STATUS_CODES.get(status, "UNKNOWN")
+    return code, f"the engine answered HTTP status {status or 'none'}"
+
+
 def status_of(headers: list[tuple[str, str]]) -> tuple[str, str]:
     """The gRPC status name and message of a response's trailers (or trailers-only headers)."""
     code: str | None = None

@@ -34,7 +34,7 @@ import structlog
 from smg.pipeline.backends import hpack
 from smg.pipeline.backends.address_guard import AddressGuard
 from smg.pipeline.backends.grpc_call import LeanCall
-from smg.pipeline.backends.grpc_errors import CallError, grpc_timeout, status_of
+from smg.pipeline.backends.grpc_errors import CallError, grpc_timeout, http_refusal, status_of
 from smg.pipeline.backends.h2_client import (
     END,
     GOAWAY,
@@ -53,8 +53,7 @@ from smg.pipeline.backends.h2_frames import (
 )
 
 log = structlog.get_logger("smg.grpc")
-# `grpc-timeout` as `hpack.encode` writes it, up to its value's length byte: a call adds that
-# byte and the value (at most 9 characters: the length fits the byte)
+# `grpc-timeout` as hpack.encode writes it, up to its value's length byte (a call adds the rest)
 _TIMEOUT_FIELD = hpack.encode((("grpc-timeout", ""),))[:-1]
 
 
@@ -178,17 +177,11 @@ class _Connection(asyncio.Protocol):
                 self._ping_due = None
 
     def _on_headers(self, sid: int, headers: list[tuple[str, str]]) -> None:
-        status = next((v for k, v in headers if k == ":status"), "")
-        if status == "200":
-            return
-        call = self.calls.pop(sid, None)
-        if call is None:
-            return
-        self.core.cancel(sid)
-        code = {"400": "INTERNAL", "401": "UNAUTHENTICATED", "403": "PERMISSION_DENIED",
-                "404": "UNIMPLEMENTED", "429": "UNAVAILABLE", "502": "UNAVAILABLE",
-                "503": "UNAVAILABLE", "504": "UNAVAILABLE"}.get(status, "UNKNOWN")  # fmt: skip
-        call._end(code, f"the engine answered HTTP status {status or 'none'}")
+        refused = http_refusal(headers)
+        call = self.calls.pop(sid, None) if refused is not None else None
+        if call is not None:
+            self.core.cancel(sid)
+            call._end(*refused)  # type: ignore[misc]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -18,10 +18,9 @@ request's own task. A cancelled task stops the pipe: later callbacks do nothing.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Protocol
 
-from smg.flow.pipe import Out
+from smg.flow.pipe import RUNNING, Out, Piped
 from smg.metrics.router import RequestProbe
 from smg.pipeline.engine_types import EngineEvent
 
@@ -42,29 +41,32 @@ class Source(Protocol):
     def resume_source(self) -> None: ...
 
 
-_RUNNING = object()
-
-
-class EnginePipe:
+class EnginePipe(Piped):
     """One streamed answer from its engine to its client; see the module doc."""
 
-    __slots__ = ("_last", "_outcome", "_paused", "_waiter", "out", "probe", "renderer", "source")
+    __slots__ = ("_last", "probe", "renderer", "source")
 
     def __init__(
         self, source: Source, out: Out, renderer: Frames, probe: RequestProbe | None
     ) -> None:
+        super().__init__(out)
         self.source = source
-        self.out = out
         self.renderer = renderer
         self.probe = probe  # the request's probe (TTFT), if any
-        self._outcome: object = _RUNNING  # None (over), an exception (failed or client gone)
         self._last: list[bytes] = []
-        self._paused = False
-        self._waiter: asyncio.Future[None] | None = None
+
+    def _start(self) -> None:
+        self.source.pipe(self)
+
+    def _pause(self) -> None:
+        self.source.pause_source()
+
+    def _resume(self) -> None:
+        self.source.resume_source()
 
     # --- the engine stream's callbacks ---------------------------------------------------------
     def events(self, batch: list[EngineEvent]) -> None:
-        if self._outcome is not _RUNNING:
+        if self._outcome is not RUNNING:
             return
         try:
             probe = self.probe
@@ -82,55 +84,15 @@ class EnginePipe:
             if renderer.all_done:
                 self._last = frames
                 self._settle(None)
-                return
-            if not frames:
-                return
-            more = self.out.write_nowait(frames[0] if len(frames) == 1 else b"".join(frames))
-        except Exception as exc:  # ConnectionError: the client is gone; else a bug, raised
-            self._settle(exc)  # in the request's task
-            return
-        if not more and not self._paused:
-            self._paused = True
-            self.source.pause_source()
-            self._wake()
-
-    def end(self) -> None:
-        self._settle(None)
-
-    def fail(self, exc: BaseException) -> None:
-        self._settle(exc)
-
-    def _settle(self, outcome: BaseException | None) -> None:
-        if self._outcome is _RUNNING:
-            self._outcome = outcome
-            self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+            elif frames:
+                self._write(frames[0] if len(frames) == 1 else b"".join(frames))
+        except Exception as exc:  # a renderer's bug: raised in the request's task
+            self._settle(exc)
 
     # --- the request's task ------------------------------------------------------------------
     async def run(self) -> list[bytes]:
         """Until the answer is over; see the module doc."""
-        loop = asyncio.get_running_loop()
-        try:
-            self.source.pipe(self)
-            while (outcome := self._outcome) is _RUNNING:
-                if self._paused:
-                    await self.out.wait_writable()  # ConnectionError: the client is gone
-                    self._paused = False
-                    self.source.resume_source()  # may hand over more now, and pause again
-                    continue
-                waiter = self._waiter = loop.create_future()
-                await waiter
-        finally:
-            if self._outcome is _RUNNING:  # cancelled, or the client's drain failed
-                self._outcome = asyncio.CancelledError()
-            self._waiter = None
+        outcome = await self._until_over()
         if outcome is not None:
-            assert isinstance(outcome, BaseException)
             raise outcome
         return self._last

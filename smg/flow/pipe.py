@@ -42,54 +42,48 @@ class Out(Protocol):
     def wait_writable(self) -> Awaitable[None]: ...
 
 
-_RUNNING = object()
+RUNNING = object()  # a pipe's outcome while it has none yet
 
 
-class Pipe:
-    """One stream's body from its worker to its client; see the module doc."""
+class Piped:
+    """What a pipe's two sides share (this module's `Pipe`, engine_pipe's `EnginePipe`): the
+    outcome the callbacks settle, the client's pause, and the request's task asleep until one
+    of them. A subclass says how its source starts (`_start`), pauses and resumes."""
 
-    __slots__ = ("_first", "_outcome", "_paused", "_waiter", "out", "source", "watch")
+    __slots__ = ("_outcome", "_paused", "_waiter", "out")
 
-    def __init__(self, source: Source, out: Out, watch: Watch, first_token: bool = False) -> None:
-        self.source = source
+    def __init__(self, out: Out) -> None:
         self.out = out
-        self.watch = watch
-        self._outcome: object = _RUNNING  # None (ended), an exception (failed or client gone)
+        self._outcome: object = RUNNING  # None (over), an exception (failed or client gone)
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
-        self._first: Callable[[], None] | None = None
-        if first_token:
-            ctx = contextvars.copy_context()  # the request's span, not the connection's
-            self._first = lambda: ctx.run(tracing.first_token)
 
-    # --- the upstream connection's callbacks -------------------------------------------------
-    def data(self, chunk: bytes) -> None:
-        if self._outcome is not _RUNNING:
-            return
-        watch = self.watch
-        watch.progress += 1
-        if self._first is not None:
-            first, self._first = self._first, None
-            first()
-        try:
-            more = self.out.write_nowait(chunk)
-        except ConnectionError as exc:  # the client is gone
-            self._settle(exc)
-            return
-        if not more and not self._paused:
-            self._paused = True
-            watch.busy = True  # a slow client is not an idle worker
-            self.source.pause_source()
-            self._wake()
+    def _start(self) -> None: ...
+    def _pause(self) -> None: ...
+    def _resume(self) -> None: ...
 
+    # --- the source's callbacks --------------------------------------------------------------
     def end(self) -> None:
         self._settle(None)
 
     def fail(self, exc: BaseException) -> None:
         self._settle(exc)
 
+    def _write(self, data: bytes) -> None:
+        """`data` to the client without waiting; a client that takes no more pauses the source
+        and wakes the task (which waits for the drain), a client gone settles the pipe."""
+        try:
+            more = self.out.write_nowait(data)
+        except ConnectionError as exc:
+            self._settle(exc)
+            return
+        if not more and not self._paused:
+            self._paused = True
+            self._pause()
+            self._wake()
+
     def _settle(self, outcome: BaseException | None) -> None:
-        if self._outcome is _RUNNING:
+        if self._outcome is RUNNING:
             self._outcome = outcome
             self._wake()
 
@@ -101,29 +95,72 @@ class Pipe:
                 waiter.set_result(None)
 
     # --- the request's task ------------------------------------------------------------------
-    async def run(self) -> BaseException | None:
-        """Until the stream is over; see the module doc."""
+    async def _until_over(self) -> BaseException | None:
+        """Start the source, then sleep until the outcome, draining the client (and resuming
+        the source) whenever it paused; the outcome (ConnectionError: the client is gone)."""
         loop = asyncio.get_running_loop()
         try:
-            self.source.pipe(self)
-            while (outcome := self._outcome) is _RUNNING:
+            self._start()
+            while (outcome := self._outcome) is RUNNING:
                 if self._paused:
                     await self.out.wait_writable()  # ConnectionError: the client is gone
                     self._paused = False
-                    self.watch.busy = False
-                    self.source.resume_source()
+                    self._resume()  # may hand over more now, and pause again
                     continue
                 waiter = self._waiter = loop.create_future()
                 await waiter
         finally:
-            if self._outcome is _RUNNING:  # cancelled, or the client's drain failed
+            if self._outcome is RUNNING:  # cancelled, or the client's drain failed
                 self._outcome = asyncio.CancelledError()
             self._waiter = None
+        assert outcome is None or isinstance(outcome, BaseException)
+        return outcome
+
+
+class Pipe(Piped):
+    """One stream's body from its worker to its client; see the module doc."""
+
+    __slots__ = ("_first", "source", "watch")
+
+    def __init__(self, source: Source, out: Out, watch: Watch, first_token: bool = False) -> None:
+        super().__init__(out)
+        self.source = source
+        self.watch = watch
+        self._first: Callable[[], None] | None = None
+        if first_token:
+            ctx = contextvars.copy_context()  # the request's span, not the connection's
+            self._first = lambda: ctx.run(tracing.first_token)
+
+    def _start(self) -> None:
+        self.source.pipe(self)
+
+    def _pause(self) -> None:
+        self.watch.busy = True  # a slow client is not an idle worker
+        self.source.pause_source()
+
+    def _resume(self) -> None:
+        self.watch.busy = False
+        self.source.resume_source()
+
+    # --- the upstream connection's callbacks -------------------------------------------------
+    def data(self, chunk: bytes) -> None:
+        if self._outcome is not RUNNING:
+            return
+        self.watch.progress += 1
+        if self._first is not None:
+            first, self._first = self._first, None
+            first()
+        self._write(chunk)
+
+    # --- the request's task ------------------------------------------------------------------
+    async def run(self) -> BaseException | None:
+        """Until the stream is over; see the module doc."""
+        try:
+            outcome = await self._until_over()
+        finally:
             if self._paused:  # ended while its client was slow: the connection may be reused
                 self._paused = False
-                self.watch.busy = False
-                self.source.resume_source()
+                self._resume()
         if isinstance(outcome, ConnectionError):
             raise outcome
-        assert outcome is None or isinstance(outcome, BaseException)
         return outcome

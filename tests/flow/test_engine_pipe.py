@@ -10,7 +10,6 @@ sent, nothing reported about the engine); a stream that ends while its client is
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 from support.h2_peer import Peer
+from support.write_stall import slow_client, until_still
 
 from smg.api.edge_answers import EdgeClient
 from smg.core.idle import TICKS, IdleSweeper
@@ -376,23 +376,10 @@ async def test_a_client_that_stops_reading_holds_the_engine_at_its_window(rig: R
             taker.cancel()
 
     SCRIPT.append(script)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-    sock.connect(("127.0.0.1", rig.edge.port))
-    sock.setblocking(False)
-    reader, writer = await asyncio.open_connection(sock=sock, limit=1024 * 1024)
-    writer.write(REQUEST)
-    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+    reader, writer = await slow_client(rig.edge.port, REQUEST)
     # The client reads nothing more: the engine must stall, waiting for credit, well short of
     # the answer (socket buffers, the edge's high-water mark and one stream window).
-    last, still = -1, 0
-    for _ in range(1000):
-        await asyncio.sleep(0.01)
-        still = still + 1 if sent[0] == last else 0
-        last = sent[0]
-        if still >= 30:
-            break
-    assert still >= 30, "the engine was never held back"
+    await until_still(lambda: sent[0])
     assert credit[0].blocked  # by flow control: the gateway gives no credit while held
     assert sent[0] * len(piece) < 12 * 1024 * 1024, sent[0]
     # Reading again lets the whole answer through, in order, and it ends well.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from support.runner_metrics import RecordingMetrics
+from support.write_stall import slow_client, until_still
 
 from smg.actors.messages import Outcome
 from smg.api.edge_answers import EdgeClient
@@ -274,23 +274,10 @@ async def test_a_client_that_stops_reading_holds_the_worker_back(rig: Rig) -> No
         await w.drain()
 
     SCRIPT.append(script)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-    sock.connect(("127.0.0.1", rig.edge.port))
-    sock.setblocking(False)
-    reader, writer = await asyncio.open_connection(sock=sock, limit=1024 * 1024)
-    writer.write(REQUEST)
-    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+    reader, writer = await slow_client(rig.edge.port, REQUEST)
     # The client reads nothing more: the worker must stall well short of the stream's 64 MiB
     # (socket buffers on both hops, the edge's high-water mark and one upstream read).
-    last, still = -1, 0
-    for _ in range(500):
-        await asyncio.sleep(0.01)
-        still = still + 1 if sent[0] == last else 0
-        last = sent[0]
-        if still >= 30:
-            break
-    assert still >= 30, "the worker was never held back"
+    await until_still(lambda: sent[0])
     assert sent[0] < 16 * 1024 * 1024, sent[0]
     # Reading again lets the whole stream through, in order, and it ends well.
     received = 0

@@ -75,12 +75,8 @@ class LeanCall:
         """Every message received since the last read (at least one); [] once the call ended
         OK; raises `CallError` when it ended otherwise (after the messages before it)."""
         while True:
-            messages = self._messages
+            messages = self._take()
             if messages:
-                self._messages = []
-                conn = self._conn
-                if conn is not None:
-                    conn.consumed(self._sid, messages)
                 return messages
             status = self._status
             if status is not None:
@@ -93,6 +89,16 @@ class LeanCall:
                 await waiter
             finally:
                 self._waiter = None
+
+    def _take(self) -> list[bytes]:
+        """The messages received since the last take, credited to the engine."""
+        messages = self._messages
+        if messages:
+            self._messages = []
+            conn = self._conn
+            if conn is not None:
+                conn.consumed(self._sid, messages)
+        return messages
 
     def pipe(self, sink: CallSink) -> None:
         """Hand what arrives to `sink` from now on (see the module doc); what arrived before
@@ -115,12 +121,8 @@ class LeanCall:
         sink = self._sink
         if sink is None or self._held:
             return
-        messages = self._messages
+        messages = self._take()
         if messages:
-            self._messages = []
-            conn = self._conn
-            if conn is not None:
-                conn.consumed(self._sid, messages)
             sink.messages(messages)
         status = self._status
         if status is not None and not self._told and not self._messages:

@@ -225,9 +225,6 @@ class LeanStream:
 
     # --- the end ---------------------------------------------------------------------------
     async def aclose(self) -> None:
-        self.close()
-
-    def close(self) -> None:
         """End the call if the engine did not (see the module doc); idempotent."""
         if self._closed:
             return

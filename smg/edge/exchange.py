@@ -105,12 +105,17 @@ class EdgeRequest:
 
 
 class EdgeResponse:
-    """Writes the answer: `send` for a whole response, or `start`, `write`..., `end`."""
+    """Writes the answer: `send` for a whole response, or `start`, `write`..., `end`.
 
-    __slots__ = ("_conn",)
+    `start` holds the head until the first body bytes of the same loop turn and sends both in
+    one write (a streamed answer starts with its first batch in hand: one syscall less per
+    stream); at the end of that turn the head goes out alone if nothing came."""
+
+    __slots__ = ("_conn", "_head")
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        self._head = b""
 
     @property
     def started(self) -> bool:
@@ -130,12 +135,27 @@ class EdgeResponse:
     ) -> None:
         conn = self._conn
         conn.before_head()
-        conn.transport.write(conn.response.head(status, headers, content_length))
+        self._head = conn.response.head(status, headers, content_length)
+        asyncio.get_running_loop().call_soon(self._flush_head)
+
+    def _flush_head(self) -> None:
+        if head := self._head:
+            self._head = b""
+            transport = self._conn.transport
+            if not transport.is_closing():
+                transport.write(head)
+
+    def _send(self, out: bytes) -> None:
+        """`out` to the client, after the head if it is still held."""
+        if head := self._head:
+            self._head = b""
+            out = head + out
+        self._conn.transport.write(out)
 
     async def write(self, data: bytes) -> None:
         conn = self._conn
         if out := conn.response.body(data):
-            conn.transport.write(out)
+            self._send(out)
             await conn.drain()
 
     def write_nowait(self, data: bytes) -> bool:
@@ -145,7 +165,7 @@ class EdgeResponse:
         if conn.transport.is_closing():
             raise ConnectionResetError("the client closed the connection")
         if out := conn.response.body(data):
-            conn.transport.write(out)
+            self._send(out)
         return not conn.write_paused
 
     async def drain(self) -> None:
@@ -154,5 +174,5 @@ class EdgeResponse:
 
     async def end(self) -> None:
         conn = self._conn
-        if out := conn.response.end():
-            conn.transport.write(out)
+        if (out := conn.response.end()) or self._head:
+            self._send(out)

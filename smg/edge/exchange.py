@@ -20,6 +20,7 @@ class Connection(Protocol):
     core: H1Connection
     response: ResponseWriter
     transport: asyncio.Transport
+    loop: asyncio.AbstractEventLoop
     closing: bool
     body_done: bool
 
@@ -136,7 +137,7 @@ class EdgeResponse:
         conn = self._conn
         conn.before_head()
         self._head = conn.response.head(status, headers, content_length)
-        asyncio.get_running_loop().call_soon(self._flush_head)
+        conn.loop.call_soon(self._flush_head)
 
     def _flush_head(self) -> None:
         if head := self._head:

@@ -32,6 +32,7 @@ class Conn:
         head = RequestHead(b"POST", b"/v1/chat/completions", "1.1", [], True, False, 0)
         self.response = ResponseWriter(head)
         self.transport = Transport()
+        self.loop = asyncio.get_running_loop()
         self.write_paused = False
         self.closing = False
         self.body_done = True

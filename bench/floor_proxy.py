@@ -126,31 +126,47 @@ def raw_upstream(upstream: str) -> Callable[[bytes], Awaitable[tuple[int, bytes]
     return relay
 
 
-async def serve_raw(port: int, upstream: str) -> None:
-    import httptools
+_TASKS: set[asyncio.Task[None]] = set()
 
+
+def keep(task: asyncio.Task[None]) -> None:
+    """Hold a task until it is done (the loop keeps only a weak reference)."""
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+
+
+class Requests(asyncio.Protocol):
+    """A client connection's requests, parsed with httptools; each whole one to `answer`."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        import httptools
+
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.body: list[bytes] = []
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url = url
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        body, self.body = b"".join(self.body), []
+        keep(asyncio.get_running_loop().create_task(self.answer(self.url, body)))
+
+    async def answer(self, url: bytes, body: bytes) -> None:
+        raise NotImplementedError
+
+
+async def serve_raw(port: int, upstream: str) -> None:
     relay = raw_upstream(upstream)
 
-    class Client(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport: asyncio.Transport = transport  # type: ignore[assignment]
-            self.parser = httptools.HttpRequestParser(self)
-            self.url = b""
-            self.body: list[bytes] = []
-
-        def data_received(self, data: bytes) -> None:
-            self.parser.feed_data(data)
-
-        def on_url(self, url: bytes) -> None:
-            self.url = url
-
-        def on_body(self, body: bytes) -> None:
-            self.body.append(body)
-
-        def on_message_complete(self) -> None:
-            body, self.body = b"".join(self.body), []
-            asyncio.get_running_loop().create_task(self.answer(self.url, body))
-
+    class Client(Requests):
         async def answer(self, url: bytes, body: bytes) -> None:
             if url == CHAT:
                 status, data = await relay(body)
@@ -186,15 +202,6 @@ async def serve_lean(port: int, upstream: str) -> None:
 async def serve_aioserver(port: int, upstream: str) -> None:
     """aiohttp's web server in front of the bare httptools upstream: the server's share alone."""
     await serve_app(port, raw_upstream(upstream))
-
-
-_TASKS: set[asyncio.Task[None]] = set()
-
-
-def keep(task: asyncio.Task[None]) -> None:
-    """Hold a task until it is done (the loop keeps only a weak reference)."""
-    _TASKS.add(task)
-    task.add_done_callback(_TASKS.discard)
 
 
 class Spliced(asyncio.Protocol):
@@ -294,28 +301,10 @@ async def serve_reframe(port: int, upstream: str) -> None:
         def connection_lost(self, exc: Exception | None) -> None:
             self.client.close()
 
-    class Client(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport: asyncio.Transport = transport  # type: ignore[assignment]
-            self.parser = httptools.HttpRequestParser(self)
-            self.url = b""
-            self.body: list[bytes] = []
-            self.up: Upstream | None = None
+    class Client(Requests):
+        up: Upstream | None = None
 
-        def data_received(self, data: bytes) -> None:
-            self.parser.feed_data(data)
-
-        def on_url(self, url: bytes) -> None:
-            self.url = url
-
-        def on_body(self, body: bytes) -> None:
-            self.body.append(body)
-
-        def on_message_complete(self) -> None:
-            body, self.body = b"".join(self.body), []
-            keep(loop.create_task(self.forward(self.url, body)))
-
-        async def forward(self, url: bytes, body: bytes) -> None:
+        async def answer(self, url: bytes, body: bytes) -> None:
             if self.up is None:
                 _, self.up = await loop.create_connection(
                     lambda: Upstream(self.transport), host, up_port

@@ -12,6 +12,7 @@ wake-ups move it by +-2 %, more than one call less a read.
 
     .venv/bin/python bench/relay_read_cost.py --tree base=/tmp/base --tree new=.
     .venv/bin/python bench/relay_read_cost.py --reads 40000
+    .venv/bin/python bench/relay_read_cost.py --events 16   # 16 events a read (an unpaced worker)
 
 `--tree NAME=DIR` imports DIR/smg (default: this checkout). `--run N` is the child: N reads.
 """
@@ -48,7 +49,7 @@ class FakeTransport:
         return default
 
 
-async def relay(reads: int) -> None:
+async def relay(reads: int, events: int) -> None:
     from smg.api.edge_answers import EdgeWriter
     from smg.core.idle import Watch
     from smg.edge.exchange import EdgeResponse, Timeouts
@@ -72,20 +73,26 @@ async def relay(reads: int) -> None:
     up.data_received(HEAD)
     body = (await head).content
     body.pipe(Pipe(body, EdgeWriter(EdgeResponse(edge)), Watch(lambda: None)))
-    piece = b"%x\r\n%b\r\n" % (len(EVENT), EVENT)
+    piece = b"%x\r\n%b\r\n" % (len(EVENT), EVENT) * events  # what one read brings
+    framed = len(b"%x\r\n%b\r\n" % (len(EVENT) * events, EVENT * events))  # one chunk out
     feed = up.data_received
     for _ in range(reads):
         feed(piece)
-    if edge.response.output - before != reads * len(piece):
-        raise SystemExit(f"framed {edge.response.output - before} bytes, not {reads} events")
+    if edge.response.output - before != reads * framed:
+        raise SystemExit(f"framed {edge.response.output - before} bytes, not {reads} chunks")
     if up.timer is not None:  # no pool to hand the connection back to: just its timer
         up.timer.cancel()
 
 
-def instructions(tree: str, reads: int, out: str) -> int:
+def instructions(tree: str, reads: int, events: int, out: str) -> int:
     env = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": tree, "PYTHONHASHSEED": "0"}
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
-    subprocess.run([*cmd, __file__, "--run", str(reads)], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [*cmd, __file__, "--run", str(reads), "--events", str(events)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     for line in Path(out).read_text().splitlines():
         if line.startswith("totals:"):
             return int(line.split()[1])
@@ -97,20 +104,24 @@ def main() -> None:
     here = str(Path(__file__).resolve().parent.parent)
     ap.add_argument("--tree", action="append", help="NAME=DIR (repeatable); default this tree")
     ap.add_argument("--reads", type=int, default=20000)
+    ap.add_argument("--events", type=int, default=1, help="SSE events a read brings [1]")
     ap.add_argument("--run", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run is not None:
         import uvloop
 
-        uvloop.run(relay(args.run))
+        uvloop.run(relay(args.run, args.events))
         return
     with tempfile.TemporaryDirectory() as tmp:
         for spec in args.tree or [f"this={here}"]:
             name, _, tree = spec.partition("=")
-            idle = instructions(tree, 0, f"{tmp}/{name}.0")
-            busy = instructions(tree, args.reads, f"{tmp}/{name}.n")
+            idle = instructions(tree, 0, args.events, f"{tmp}/{name}.0")
+            busy = instructions(tree, args.reads, args.events, f"{tmp}/{name}.n")
             per = (busy - idle) / args.reads
-            print(f"{name}: {per:.0f} Ir per relayed read ({args.reads} reads)", flush=True)
+            print(
+                f"{name}: {per:.0f} Ir a read ({args.reads} reads of {args.events} events)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
         self.body_done = True  # the current request's End was taken
         self.peer: object = None
         self._read_paused = False
-        self._write_paused = False
+        self.write_paused = False  # the client's transport is full (an attribute: read a chunk)
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._body_waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -161,15 +161,11 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
                 fut.set_exception(ConnectionResetError("the client closed the connection"))
         self._drain_waiters.clear()
 
-    @property
-    def write_paused(self) -> bool:
-        return self._write_paused
-
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self.write_paused = True
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self.write_paused = False
         for fut in self._drain_waiters:
             if not fut.done():
                 fut.set_result(None)
@@ -224,7 +220,7 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
             if reply is not None:  # EdgeResponse.send without its coroutine
                 self.before_head()
                 self.transport.write(self.response.whole(reply.status, reply.headers, reply.body))
-                if self._write_paused:
+                if self.write_paused:
                     await self.drain()
             elif not self.response.started:
                 raise RuntimeError("the handler returned no response")
@@ -323,7 +319,7 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
             self._body_waiter = None
 
     async def drain(self) -> None:
-        if not self._write_paused:
+        if not self.write_paused:
             return
         if self.transport.is_closing():
             raise ConnectionResetError("the client closed the connection")

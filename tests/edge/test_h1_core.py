@@ -212,6 +212,17 @@ def test_streamed_response_is_chunked_and_http10_stream_closes() -> None:
     assert b"chunked" not in out and b"Connection: close" in out and not old.keep_alive
 
 
+@pytest.mark.parametrize("size", [1, 15, 16, 255, 4095, 4096, 70000])
+def test_a_chunk_is_framed_with_its_size_in_hex(size: int) -> None:
+    w = ResponseWriter(_head(b"GET / HTTP/1.1\r\n\r\n"))
+    w.head(200)
+    data = b"x" * size
+    before = w.output
+    out = w.body(data)
+    assert out == f"{size:x}".encode() + b"\r\n" + data + b"\r\n"
+    assert w.output - before == len(out)
+
+
 def test_head_request_gets_no_body_and_short_body_forces_close() -> None:
     w = ResponseWriter(_head(b"HEAD / HTTP/1.1\r\n\r\n"))
     assert w.whole(200, [], b"hello").endswith(b"Content-Length: 5\r\n\r\n")

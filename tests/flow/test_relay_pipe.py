@@ -199,7 +199,7 @@ async def test_a_stream_is_relayed_whole_and_counts_as_a_success(rig: Rig) -> No
     await asyncio.wait_for(rig.settled.wait(), 2.0)
     assert rig.mailbox.told == [Outcome(True)]
     assert rig.worker.counter.active == 0
-    assert rig.bodies[0]._sink is not None  # it went through the pipe, not the read loop
+    assert rig.bodies[0].sink is not None  # it went through the pipe, not the read loop
 
 
 async def test_a_worker_dying_mid_stream_ends_it_with_an_error_event_told_once(rig: Rig) -> None:

@@ -50,7 +50,7 @@ class Sink(Protocol):
 class Body:
     """A response body as it arrives (aiohttp's `StreamReader` surface the flow reads)."""
 
-    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_paused", "_sink", "_size", "_waiter")
+    __slots__ = ("_chunks", "_conn", "_eof", "_exc", "_paused", "_size", "_waiter", "sink")
 
     def __init__(self, conn: Reading) -> None:
         self._conn = conn
@@ -60,11 +60,11 @@ class Body:
         self._exc: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
-        self._sink: Sink | None = None
+        self.sink: Sink | None = None  # set by `pipe`; the connection may feed it directly
 
     # --- the connection's side ---------------------------------------------------------------
     def feed(self, data: bytes) -> None:
-        sink = self._sink
+        sink = self.sink
         if sink is not None:
             sink.data(data)
             return
@@ -77,8 +77,8 @@ class Body:
 
     def feed_eof(self) -> None:
         self._eof = True
-        if self._sink is not None:
-            self._sink.end()
+        if self.sink is not None:
+            self.sink.end()
             return
         self._wake()
 
@@ -98,8 +98,8 @@ class Body:
         first failure stands, and none after the body has ended."""
         if self._exc is None and not (self._eof and not self._chunks):
             self._exc = exc
-            if self._sink is not None:
-                self._sink.fail(exc)
+            if self.sink is not None:
+                self.sink.fail(exc)
                 return
             self._wake()
 
@@ -108,7 +108,7 @@ class Body:
         """Hand the rest of the body to `sink` (see the module doc); no reads after this."""
         if self._waiter is not None:
             raise RuntimeError("a reader is waiting on the body")
-        self._sink = sink
+        self.sink = sink
         if self._paused:  # what waited unread goes out now: the sink decides when to hold
             self._paused = False
             self._conn.resume()

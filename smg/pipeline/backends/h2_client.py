@@ -27,6 +27,8 @@ Events are plain tuples, built per gRPC message on the hot path:
 
 from __future__ import annotations
 
+import struct
+
 from smg.pipeline.backends.h2_flow import StreamCredit, _Stream
 from smg.pipeline.backends.h2_frames import (
     CONTINUATION,
@@ -62,6 +64,11 @@ from smg.pipeline.backends.h2_send import SendSide
 __all__ = ["ClientConnection", "Event", "H2ProtocolError"]
 
 MESSAGE, HEADERS, END, RESET, GOAWAY, PING_ACK, STREAM_ERROR = range(7)
+
+# a frame's 9-byte head: its length (24 bits: high byte, low 16), type, flags, stream id (with
+# the reserved bit); a gRPC message's 5-byte prefix: compressed flag, length
+_frame_head = struct.Struct(">BHBBL").unpack_from
+_message_head = struct.Struct(">BL").unpack_from
 
 Event = tuple[int, int, object]
 
@@ -198,35 +205,34 @@ class ClientConnection(SendSide):
         pos, end = 0, len(view)
         blocks = self.header_blocks
         while end - pos >= 9:
-            length = int.from_bytes(view[pos : pos + 3], "big")
+            high, low, kind, flags, sid = _frame_head(view, pos)  # one call, no slices
+            length = high << 16 | low
             if length > DEFAULT_MAX_FRAME:
                 raise H2ProtocolError(
                     f"a {length}-byte frame exceeds our maximum frame size", ERROR_FRAME_SIZE
                 )
-            if end - pos - 9 < length:
+            start = pos + 9
+            pos = start + length
+            if pos > end:
+                pos = start - 9
                 break
-            kind = view[pos + 3]
-            flags = view[pos + 4]
-            sid = int.from_bytes(view[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-            payload = view[pos + 9 : pos + 9 + length]
-            pos += 9 + length
-            if blocks.receiving and kind != CONTINUATION:
+            if blocks.sid and kind != CONTINUATION:
                 raise H2ProtocolError("a header block was interrupted")
             if kind == DATA:
-                self._on_data(sid, flags, payload, events)
+                self._on_data(sid & 0x7FFFFFFF, flags, view, start, pos, events)
             else:
-                self._on_control(kind, sid, flags, bytes(payload), events)
+                self._on_control(kind, sid & 0x7FFFFFFF, flags, bytes(view[start:pos]), events)
         if pos < end:
             self._in = bytearray(view[pos:])
         elif buf:
             self._in = bytearray()
 
-    def _on_data(
-        self, sid: int, flags: int, payload: bytes | bytearray, events: list[Event]
+    def _on_data(  # a DATA frame: its payload is view[start:end] (each message copied once)
+        self, sid: int, flags: int, view: bytes | bytearray, start: int, end: int, events: list
     ) -> None:
         if sid == 0:
             raise H2ProtocolError("DATA on stream 0")
-        size = len(payload)
+        size = end - start
         self.recv_window -= size
         if self.recv_window < 0:
             raise H2ProtocolError(
@@ -238,9 +244,10 @@ class ClientConnection(SendSide):
             self.recv_window += self._unacked
             self._unacked = 0
         if flags & FLAG_PADDED:
-            if not payload or payload[0] >= size:
+            if not size or view[start] >= size:
                 raise H2ProtocolError("bad DATA padding")
-            payload = payload[1 : size - payload[0]]
+            end -= view[start]
+            start += 1
         stream = self.streams.get(sid)
         if stream is None:
             self._check_opened(sid, "DATA")
@@ -250,40 +257,46 @@ class ClientConnection(SendSide):
             raise H2ProtocolError(
                 f"DATA beyond stream {sid}'s flow-control window", ERROR_FLOW_CONTROL
             )
-        stream.consumed += size - len(payload)  # padding: nothing for the caller to take
+        stream.consumed += size - (end - start)  # padding: nothing for the caller to take
         buf = stream.buf
         if buf:
-            buf += payload
+            buf += view[start:end]
             data: bytes | bytearray = buf
+            pos = 0
+            end = len(buf)
         else:
-            data = payload
-        pos, end = 0, len(data)
+            data = view
+            pos = start
+        first = pos
+        copy = type(data) is not bytes  # a bytearray's slice is one: make the message bytes
+        limit = self.credit.max_message_bytes
         while end - pos >= 5:
-            if data[pos]:
+            compressed, n = _message_head(data, pos)
+            if compressed:
                 raise H2ProtocolError("a compressed gRPC message (none was negotiated)")
-            n = int.from_bytes(data[pos + 1 : pos + 5], "big")
-            if n > self.credit.max_message_bytes:
-                limit = self.credit.max_message_bytes
+            if n > limit:
                 detail = f"a {n}-byte response message exceeds the {limit}-byte limit"
                 self._stream_error(sid, ERROR_CANCEL, detail, events, "RESOURCE_EXHAUSTED")
                 return
             if end - pos - 5 < n:
                 break
-            events.append((MESSAGE, sid, bytes(data[pos + 5 : pos + 5 + n])))
+            message = data[pos + 5 : pos + 5 + n]
+            events.append((MESSAGE, sid, bytes(message) if copy else message))
             pos += 5 + n
-        stream.unread += pos
+        stream.unread += pos - first
         if pos < end:
             if data is buf:
                 del buf[:pos]  # in place: a message spread over many frames stays linear
             else:
-                stream.buf = bytearray(data[pos:])
+                stream.buf = bytearray(data[pos:end])
         elif buf:
             stream.buf = bytearray()
         if flags & FLAG_END_STREAM:
             self._close_stream(sid)
             events.append((END, sid, []))  # no trailers: the caller decides what that means
             return
-        self.credit.update(sid, stream)
+        if not stream.unread or stream.consumed >= self.credit.half_window:
+            self.credit.update(sid, stream)  # (else nothing is due: see StreamCredit.update)
 
     def _on_control(
         self, kind: int, sid: int, flags: int, payload: bytes, events: list[Event]

@@ -44,6 +44,7 @@ class StreamCredit:
         "_out",
         "_starved",
         "_streams",
+        "half_window",
         "max_message_bytes",
         "max_overdraft_bytes",
         "overdraft",
@@ -62,6 +63,7 @@ class StreamCredit:
         self._out = out
         self._streams = streams
         self.stream_window = stream_window
+        self.half_window = stream_window // 2  # the batch worth a WINDOW_UPDATE
         self.max_overdraft_bytes = max_overdraft_bytes
         # the largest message that can ever be admitted: the window plus the whole budget
         self.max_message_bytes = min(max_message_bytes, stream_window + max_overdraft_bytes - 5)
@@ -92,7 +94,7 @@ class StreamCredit:
         beyond the window if need be, to admit the message the caller waits for (it has read
         everything else, so nothing else would ever refill the window), budget permitting."""
         due = stream.consumed
-        grant = due if due >= self.stream_window // 2 else 0
+        grant = due if due >= self.half_window else 0
         if not stream.unread:
             buf = stream.buf
             missing = (5 + int.from_bytes(buf[1:5], "big") if len(buf) >= 5 else 5) - len(buf)

@@ -137,12 +137,7 @@ class LeanStream:
             if left < 0:  # a hostile engine's endless answer: cut it, as HTTP does
                 self._done = True
                 return list(self._norm.fail(f"the engine's answer exceeded {self._limit} bytes"))
-        parse, feed = self._parse, self._norm.feed
-        batch: list[EngineEvent] = []
-        for m in messages:
-            event = feed(parse(m))
-            if event is not None:
-                batch.append(event)
+        batch: list[EngineEvent] = self._norm.feed_all(map(self._parse, messages))
         if batch:
             self._started = True
             self._ended = self._norm.all_finished

@@ -55,6 +55,8 @@ from smg.pipeline.backends.h2_frames import (
 log = structlog.get_logger("smg.grpc")
 # `grpc-timeout` as hpack.encode writes it, up to its value's length byte (a call adds the rest)
 _TIMEOUT_FIELD = hpack.encode((("grpc-timeout", ""),))[:-1]
+# the status of a call whose stream the engine reset, by the HTTP/2 error code (else INTERNAL)
+_RESET_STATUS = {ERROR_REFUSED_STREAM: "UNAVAILABLE", ERROR_CANCEL: "CANCELLED"}
 
 
 class _Connection(asyncio.Protocol):
@@ -77,6 +79,7 @@ class _Connection(asyncio.Protocol):
         self._ping_due: asyncio.TimerHandle | None = None
         self._write_paused = False  # the transport's buffer is full: the engine is not reading
         self._flush_due = False  # a write is scheduled for the end of this loop turn
+        self._delivering = False  # a read's messages are being handed to their calls
 
     @property
     def usable(self) -> bool:
@@ -108,10 +111,12 @@ class _Connection(asyncio.Protocol):
             self._retire_if_idle()
 
     def consumed(self, sid: int, messages: list[bytes]) -> None:
-        """The caller took `messages` of stream `sid`: credit them (when a batch is due)."""
+        """The caller took `messages` of stream `sid`: credit them (when a batch is due; while
+        a read is handed out, `data_received` schedules the write once for all its calls)."""
         if not self.closed:
             self.core.consumed(sid, sum(map(len, messages)) + 5 * len(messages))
-            self._flush_soon()
+            if not self._delivering:
+                self._flush_soon()
 
     def data_received(self, data: bytes) -> None:
         self._heard = True
@@ -130,13 +135,18 @@ class _Connection(asyncio.Protocol):
         if self.due_calls:
             self._deliver_due()
         self._flush_soon()
-        self._retire_if_idle()
+        if not self.calls:
+            self._retire_if_idle()
 
     def _deliver_due(self) -> None:
         """Piped calls get the messages of one read together (one write to their client)."""
         due, self.due_calls = self.due_calls, []
-        for call in due:
-            call._deliver()
+        self._delivering = True
+        try:
+            for call in due:
+                call._deliver()
+        finally:
+            self._delivering = False
 
     def _dispatch(self, events: list[Event]) -> None:
         calls = self.calls
@@ -154,15 +164,8 @@ class _Connection(asyncio.Protocol):
             elif kind == RESET:
                 call = calls.pop(sid, None)
                 if call is not None:
-                    code = value
-                    status = (
-                        "UNAVAILABLE"
-                        if code == ERROR_REFUSED_STREAM
-                        else "CANCELLED"
-                        if code == ERROR_CANCEL
-                        else "INTERNAL"
-                    )
-                    call._end(status, f"the engine reset the stream (HTTP/2 error {code})")
+                    status = _RESET_STATUS.get(value, "INTERNAL")  # type: ignore[call-overload]
+                    call._end(status, f"the engine reset the stream (HTTP/2 error {value})")
             elif kind == STREAM_ERROR:
                 call = calls.pop(sid, None)
                 if call is not None:

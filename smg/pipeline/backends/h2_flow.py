@@ -76,9 +76,14 @@ class StreamCredit:
         stream.overdraft -= repaid
         self.overdraft -= repaid
         stream.consumed += nbytes - repaid
-        self.update(sid, stream)
-        if repaid and self._starved:
-            self._feed_starved()
+        if repaid:
+            self.update(sid, stream)
+            if self._starved:
+                self._feed_starved()
+        elif stream.consumed >= self.half_window or (
+            not stream.unread and (stream.buf or stream.recv_window < 5)
+        ):  # (else `update` has nothing to grant: no batch due, no message waiting)
+            self.update(sid, stream)
 
     def closed(self, sid: int, stream: _Stream) -> None:
         """`stream` left the table: its overdraft goes back to the budget."""

@@ -28,6 +28,7 @@ Events are plain tuples, built per gRPC message on the hot path:
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from smg.pipeline.backends.h2_flow import StreamCredit, _Stream
 from smg.pipeline.backends.h2_frames import (
@@ -109,6 +110,11 @@ class ClientConnection(SendSide):
             max_message_bytes=max_message_bytes,
             max_overdraft_bytes=max_overdraft_bytes,
         )
+        # consumed(stream_id, nbytes): the caller took `nbytes` of a stream's messages out (each
+        # message's payload plus its 5-byte prefix): the server may send that much more, once
+        # enough is due to be worth a WINDOW_UPDATE; a stream that ended is ignored (the credit's
+        # own method: one call a read per stream, not two)
+        self.consumed: Callable[[int, int], None] = self.credit.consumed
         self.next_stream_id = 1
         self.peer_max_streams = MAX_STREAM_ID  # until the server's SETTINGS say otherwise
         self.recv_window = max(connection_window, DEFAULT_WINDOW)  # the server's, for its DATA
@@ -153,14 +159,6 @@ class ClientConnection(SendSide):
         """RST_STREAM(CANCEL) for a stream we no longer want; later frames for it are dropped."""
         if self._close_stream(stream_id) is not None:
             self._out.append(frame(RST_STREAM, 0, stream_id, ERROR_CANCEL.to_bytes(4, "big")))
-
-    def consumed(self, stream_id: int, nbytes: int) -> None:
-        """The caller took `nbytes` of `stream_id`'s messages out (each message's payload plus
-        its 5-byte prefix): the server may send that much more, once enough is due to be worth a
-        WINDOW_UPDATE. A stream that ended is ignored."""
-        stream = self.streams.get(stream_id)
-        if stream is not None:
-            self.credit.consumed(stream_id, stream, nbytes)
 
     # --- streams ---------------------------------------------------------------------------------
     def _close_stream(self, sid: int) -> _Stream | None:

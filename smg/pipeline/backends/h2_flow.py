@@ -70,7 +70,11 @@ class StreamCredit:
         self.overdraft = 0  # outstanding over all streams
         self._starved: dict[int, None] = {}  # streams waiting for budget, oldest first
 
-    def consumed(self, sid: int, stream: _Stream, nbytes: int) -> None:
+    def consumed(self, sid: int, nbytes: int) -> None:
+        """The caller took `nbytes` of stream `sid`'s messages (ignored once it ended)."""
+        stream = self._streams.get(sid)
+        if stream is None:
+            return
         stream.unread -= nbytes
         repaid = min(nbytes, stream.overdraft)
         stream.overdraft -= repaid

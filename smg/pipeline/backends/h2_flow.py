@@ -76,15 +76,17 @@ class StreamCredit:
         if stream is None:
             return
         stream.unread -= nbytes
-        repaid = min(nbytes, stream.overdraft)
-        stream.overdraft -= repaid
-        self.overdraft -= repaid
-        stream.consumed += nbytes - repaid
-        if repaid:
+        if stream.overdraft and nbytes:  # an admitted big message: its overdraft paid back
+            repaid = min(nbytes, stream.overdraft)
+            stream.overdraft -= repaid
+            self.overdraft -= repaid
+            stream.consumed += nbytes - repaid
             self.update(sid, stream)
             if self._starved:
                 self._feed_starved()
-        elif stream.consumed >= self.half_window or (
+            return
+        stream.consumed += nbytes
+        if stream.consumed >= self.half_window or (
             not stream.unread and (stream.buf or stream.recv_window < 5)
         ):  # (else `update` has nothing to grant: no batch due, no message waiting)
             self.update(sid, stream)

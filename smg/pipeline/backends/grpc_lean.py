@@ -110,11 +110,11 @@ class _Connection(asyncio.Protocol):
             self._flush()
             self._retire_if_idle()
 
-    def consumed(self, sid: int, messages: list[bytes]) -> None:
-        """The caller took `messages` of stream `sid`: credit them (when a batch is due; while
-        a read is handed out, `data_received` schedules the write once for all its calls)."""
+    def consumed(self, sid: int, nbytes: int) -> None:
+        """The caller took `nbytes` of stream `sid`'s messages: credit them (when a batch is
+        due; while a read is handed out, `data_received` schedules one write for its calls)."""
         if not self.closed:
-            self.core.consumed(sid, sum(map(len, messages)) + 5 * len(messages))
+            self.core.consumed(sid, nbytes)
             if not self._delivering:
                 self._flush_soon()
 

@@ -70,7 +70,16 @@ class ResponseNormaliser:
     """The state of one Generate call: feed it each `GenerateResponse`, get our events.
     `logprobs`: the request asked for them (else an answer's are not read)."""
 
-    __slots__ = ("_choices", "_cumulative", "_done", "_logprobs", "_n", "_stream", "_vllm")
+    __slots__ = (
+        "_choices",
+        "_cumulative",
+        "_done",
+        "_logprobs",
+        "_n",
+        "_stream",
+        "_vllm",
+        "all_finished",
+    )
 
     def __init__(self, runtime: str, *, stream: bool, n: int, logprobs: bool = True) -> None:
         self._cumulative = runtime == SGLANG  # SGLang counts are cumulative, vLLM's per chunk
@@ -79,11 +88,8 @@ class ResponseNormaliser:
         self._n = max(n, 1)
         self._logprobs = logprobs
         self._choices: dict[int, _Choice] = {}
-        self._done = 0
-
-    @property
-    def all_finished(self) -> bool:
-        return self._done >= self._n
+        self._done = 0  # choices finished
+        self.all_finished = False  # every choice is (an attribute: read once a read per call)
 
     def feed(self, response: Any) -> TokenDelta | Finished | None:
         events = self.feed_all((response,))
@@ -136,6 +142,7 @@ class ResponseNormaliser:
                 continue
             ch.done = True
             self._done += 1
+            self.all_finished = self._done >= self._n
             out.append(
                 Finished(
                     index=index,
@@ -176,6 +183,7 @@ class ResponseNormaliser:
             ch.completion = c.completion_tokens or len(ids)
         ch.done = True
         self._done += 1
+        self.all_finished = self._done >= self._n
         which = c.WhichOneof("matched_stop")
         matched: int | str | None = None
         if which == "matched_token_id":

@@ -119,6 +119,8 @@ class ClientConnection(SendSide):
         self.peer_max_streams = MAX_STREAM_ID  # until the server's SETTINGS say otherwise
         self.recv_window = max(connection_window, DEFAULT_WINDOW)  # the server's, for its DATA
         self._unacked = 0  # DATA bytes received since our last connection WINDOW_UPDATE
+        self._ack_at = connection_window // 2  # ... sent once this many are due
+        self.max_message_bytes = self.credit.max_message_bytes  # (the credit's: what fits)
         self._in = bytearray()
         settings = (
             (SETTINGS_ENABLE_PUSH, 0),
@@ -235,13 +237,15 @@ class ClientConnection(SendSide):
                 "DATA beyond the connection's flow-control window", ERROR_FLOW_CONTROL
             )
         self._unacked += size
-        if self._unacked >= self.connection_window // 2:
+        if self._unacked >= self._ack_at:
             self._out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
             self.recv_window += self._unacked
             self._unacked = 0
+        pad = 0  # padding: counted, nothing for the caller to take
         if flags & FLAG_PADDED:
             if not size or view[start] >= size:
                 raise H2ProtocolError("bad DATA padding")
+            pad = view[start] + 1
             end -= view[start]
             start += 1
         stream = self.streams.get(sid)
@@ -253,7 +257,8 @@ class ClientConnection(SendSide):
             raise H2ProtocolError(
                 f"DATA beyond stream {sid}'s flow-control window", ERROR_FLOW_CONTROL
             )
-        stream.consumed += size - (end - start)  # padding: nothing for the caller to take
+        if pad:
+            stream.consumed += pad
         buf = stream.buf
         if buf:
             buf += view[start:end]
@@ -265,7 +270,7 @@ class ClientConnection(SendSide):
             pos = start
         first = pos
         copy = type(data) is not bytes  # a bytearray's slice is one: make the message bytes
-        limit = self.credit.max_message_bytes
+        limit = self.max_message_bytes
         while end - pos >= 5:
             compressed, n = _message_head(data, pos)
             if compressed:

@@ -64,6 +64,7 @@ class ChoiceState:
         "single_call",
         "started",
         "stop",
+        "stops",
         "text",
     )
 
@@ -75,6 +76,7 @@ class ChoiceState:
         self.index = index
         self.detok = IncrementalDetokenizer(decode, skip_special_tokens=spec.skip_special_tokens)
         self.stop = StopMatcher(spec.stop_automaton, spec.include_stop)
+        self.stops = spec.stop_automaton is not None  # else `stop` passes every text through
         self.text: list[str] = []
         self.done = False
         self.started = False
@@ -86,7 +88,10 @@ class ChoiceState:
     def feed(self, ids: Sequence[int], *, last: bool = False) -> str:
         """New safe-to-emit text for `ids`; marks the choice done when a stop string completes.
         `last`: the choice's final ids (the engine's Finished)."""
-        emit, stopped, matched = self.stop.feed(self.detok.feed(ids, last=last))
+        text = self.detok.feed(ids, last=last)
+        if not self.stops:
+            return text
+        emit, stopped, matched = self.stop.feed(text)
         if stopped:
             self.done = True
             self.finish_reason = "stop"

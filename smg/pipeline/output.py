@@ -98,27 +98,34 @@ class OutputShaper:
 
     # --- streaming -------------------------------------------------------------------------------
     def on_event(self, ev: EngineEvent) -> list[bytes]:
-        state = self._choice(ev.index)
+        choices, index = self.choices, ev.index
+        state = choices[index] if 0 <= index < len(choices) else None
         if state is None or state.done:
             return []
-        if not self._prefix:
-            self._streaming()
         if self._plain_chat and state.started and type(ev) is TokenDelta:
-            # the per-token common case: chat text without parser or logprobs
+            # the per-token common case: chat text without parser or logprobs (started: the
+            # frame heads are made)
             if ev.prompt_tokens > self.prompt_tokens:
                 self.prompt_tokens = ev.prompt_tokens
             if ev.cached_tokens > self.cached_tokens:
                 self.cached_tokens = ev.cached_tokens
             if ev.completion_tokens > state.completion_tokens:
                 state.completion_tokens = ev.completion_tokens
-            text = state.feed(ev.token_ids)
-            out: list[bytes] = []
-            if text:
-                state.text.append(text)
-                out.append(self._content_heads[state.index] + orjson.dumps(text) + _CONTENT_TAIL)
+            # (without stop strings the choice's text is its detokenizer's: one call less)
+            text = state.feed(ev.token_ids) if state.stops else state.detok.feed(ev.token_ids)
             if state.done:  # a stop string completed
-                out.append(self._frame(state.index, None, finish=state))
-            return out
+                out: list[bytes] = []
+                if text:
+                    state.text.append(text)
+                    out.append(self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL)
+                out.append(self._frame(index, None, finish=state))
+                return out
+            if not text:
+                return []
+            state.text.append(text)
+            return [self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL]
+        if not self._prefix:
+            self._streaming()
         frames: list[bytes] = []
         if not state.started:
             state.started = True

@@ -21,7 +21,7 @@ from smg.pipeline.backends.grpc_errors import CallError
 class CallHost(Protocol):
     """What a call needs of its connection."""
 
-    def consumed(self, sid: int, messages: list[bytes]) -> None: ...
+    def consumed(self, sid: int, nbytes: int) -> None: ...
     def cancel_stream(self, sid: int) -> None: ...
 
     due_calls: list[LeanCall]  # piped calls with messages to hand over at the end of this read
@@ -30,7 +30,7 @@ class CallHost(Protocol):
 class CallSink(Protocol):
     """Who reads a piped call (see the module doc)."""
 
-    def messages(self, messages: list[bytes]) -> None: ...
+    def messages(self, messages: list[bytes], size: int) -> None: ...  # size: their payloads
     def ended(self, status: str, details: str) -> None: ...
 
 
@@ -46,6 +46,7 @@ class LeanCall:
         "_messages",
         "_sid",
         "_sink",
+        "_size",
         "_status",
         "_timer",
         "_told",
@@ -59,6 +60,7 @@ class LeanCall:
         self._conn: CallHost | None = None
         self._sid = 0
         self._messages: list[bytes] = []
+        self._size = 0  # the payload bytes of `_messages` (counted as each arrives)
         self._waiter: asyncio.Future[None] | None = None
         self._status: str | None = None  # "OK" or an error code name once the call ended
         self._details = ""
@@ -91,13 +93,15 @@ class LeanCall:
                 self._waiter = None
 
     def _take(self) -> list[bytes]:
-        """The messages received since the last take, credited to the engine."""
+        """The messages received since the last take, credited to the engine (their payloads
+        and 5-byte prefixes)."""
         messages = self._messages
         if messages:
             self._messages = []
             conn = self._conn
             if conn is not None:
-                conn.consumed(self._sid, messages)
+                conn.consumed(self._sid, self._size + 5 * len(messages))
+            self._size = 0
         return messages
 
     def pipe(self, sink: CallSink) -> None:
@@ -121,9 +125,10 @@ class LeanCall:
         sink = self._sink
         if sink is None or self._held:
             return
+        size = self._size
         messages = self._take()
         if messages:
-            sink.messages(messages)
+            sink.messages(messages, size)
         status = self._status
         if status is not None and not self._told and not self._messages:
             self._told = True
@@ -151,6 +156,7 @@ class LeanCall:
     # --- fed by the connection ---------------------------------------------------------------
     def _message(self, payload: bytes) -> None:
         self._messages.append(payload)
+        self._size += len(payload)
         if self._sink is not None:
             if not self._due and not self._held and self._conn is not None:
                 self._due = True

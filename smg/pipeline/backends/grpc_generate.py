@@ -69,7 +69,12 @@ class GenerateCalls:
         lean = self._lean
         return LeanStream(
             lambda: self._start_lean(lean, req, timeout_s),
-            ResponseNormaliser(self.runtime, stream=req.stream, n=req.sampling.n),
+            ResponseNormaliser(
+                self.runtime,
+                stream=req.stream,
+                n=req.sampling.n,
+                logprobs=req.sampling.logprobs is not None,
+            ),
             self._parse_response,
             url=self.url,
             request_id=req.request_id,
@@ -100,7 +105,12 @@ class GenerateCalls:
     async def _generate_grpcio(
         self, req: EngineRequest, timeout_s: float | None
     ) -> AsyncGenerator[EngineEvent, None]:
-        norm = ResponseNormaliser(self.runtime, stream=req.stream, n=req.sampling.n)
+        norm = ResponseNormaliser(
+            self.runtime,
+            stream=req.stream,
+            n=req.sampling.n,
+            logprobs=req.sampling.logprobs is not None,
+        )
         call = self._data.Generate(
             build_generate(self.runtime, req), timeout=timeout_s, metadata=tracing.grpc_metadata()
         )

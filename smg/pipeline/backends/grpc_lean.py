@@ -44,7 +44,6 @@ from smg.pipeline.backends.h2_client import (
     RESET,
     STREAM_ERROR,
     ClientConnection,
-    Event,
     H2ProtocolError,
 )
 from smg.pipeline.backends.h2_frames import (
@@ -55,6 +54,8 @@ from smg.pipeline.backends.h2_frames import (
 log = structlog.get_logger("smg.grpc")
 # `grpc-timeout` as hpack.encode writes it, up to its value's length byte (a call adds the rest)
 _TIMEOUT_FIELD = hpack.encode((("grpc-timeout", ""),))[:-1]
+# the status of a call whose stream the engine reset, by the HTTP/2 error code (else INTERNAL)
+_RESET_STATUS = {ERROR_REFUSED_STREAM: "UNAVAILABLE", ERROR_CANCEL: "CANCELLED"}
 
 
 class _Connection(asyncio.Protocol):
@@ -77,6 +78,7 @@ class _Connection(asyncio.Protocol):
         self._ping_due: asyncio.TimerHandle | None = None
         self._write_paused = False  # the transport's buffer is full: the engine is not reading
         self._flush_due = False  # a write is scheduled for the end of this loop turn
+        self._delivering = False  # a read's messages are being handed to their calls
 
     @property
     def usable(self) -> bool:
@@ -107,74 +109,75 @@ class _Connection(asyncio.Protocol):
             self._flush()
             self._retire_if_idle()
 
-    def consumed(self, sid: int, messages: list[bytes]) -> None:
-        """The caller took `messages` of stream `sid`: credit them (when a batch is due)."""
+    def consumed(self, sid: int, nbytes: int) -> None:
+        """The caller took `nbytes` of stream `sid`'s messages: credit them (when due; during a
+        read's delivery `data_received` schedules the write)."""
         if not self.closed:
-            self.core.consumed(sid, sum(map(len, messages)) + 5 * len(messages))
-            self._flush_soon()
+            self.core.consumed(sid, nbytes)
+            if not self._delivering:
+                self._flush_soon()
 
     def data_received(self, data: bytes) -> None:
         self._heard = True
+        failure: H2ProtocolError | None = None
         try:
             events = self.core.receive(data)
         except H2ProtocolError as exc:
-            self._dispatch(exc.events)  # what came before the error is good
-            self._deliver_due()
-            self._fail_all("INTERNAL", f"HTTP/2 protocol error from the engine: {exc}")
+            events, failure = exc.events, exc  # what came before the error is good
+        calls = self.calls
+        for kind, sid, value in events:  # (a message, most of them: handled here)
+            if kind == MESSAGE:
+                call = calls.get(sid)
+                if call is not None:
+                    call._message(value)  # type: ignore[arg-type]
+            else:
+                self._on_event(kind, sid, value)
+        if self.due_calls:  # piped calls get the messages of one read together (one write)
+            due, self.due_calls = self.due_calls, []
+            self._delivering = True
+            try:
+                for call in due:
+                    call._deliver()
+            finally:
+                self._delivering = False
+        if failure is not None:
+            self._fail_all("INTERNAL", f"HTTP/2 protocol error from the engine: {failure}")
             self._write_paused = False
             self._flush()  # our GOAWAY, with the error code, if the socket takes it
             if self.transport is not None:
                 self.transport.abort()
             return
-        self._dispatch(events)
-        if self.due_calls:
-            self._deliver_due()
-        self._flush_soon()
-        self._retire_if_idle()
+        if not self._flush_due and self.core.has_output:  # `_flush_soon`, inline (per read)
+            self._flush_due = True
+            self.loop.call_soon(self._flush_now)
+        if not self.calls:
+            self._retire_if_idle()
 
-    def _deliver_due(self) -> None:
-        """Piped calls get the messages of one read together (one write to their client)."""
-        due, self.due_calls = self.due_calls, []
-        for call in due:
-            call._deliver()
-
-    def _dispatch(self, events: list[Event]) -> None:
+    def _on_event(self, kind: int, sid: int, value: object) -> None:  # (not a message)
         calls = self.calls
-        for kind, sid, value in events:
-            if kind == MESSAGE:
-                call = calls.get(sid)
-                if call is not None:
-                    call._message(value)  # type: ignore[arg-type]
-            elif kind == END:
-                call = calls.pop(sid, None)
-                if call is not None:
-                    call._end(*status_of(value))  # type: ignore[arg-type]
-            elif kind == HEADERS:
-                self._on_headers(sid, value)  # type: ignore[arg-type]
-            elif kind == RESET:
-                call = calls.pop(sid, None)
-                if call is not None:
-                    code = value
-                    status = (
-                        "UNAVAILABLE"
-                        if code == ERROR_REFUSED_STREAM
-                        else "CANCELLED"
-                        if code == ERROR_CANCEL
-                        else "INTERNAL"
-                    )
-                    call._end(status, f"the engine reset the stream (HTTP/2 error {code})")
-            elif kind == STREAM_ERROR:
-                call = calls.pop(sid, None)
-                if call is not None:
-                    status, why = cast(tuple[str, str], value)
-                    call._end(status, f"the gateway reset the stream: {why}")
-            elif kind == GOAWAY:
-                log.info("engine_goaway", target=self.channel.target, detail=value, last_stream=sid)
-                for refused in [s for s in calls if s > sid]:  # never processed: retryable
-                    calls.pop(refused)._end("UNAVAILABLE", f"the engine sent {value}")
-            elif kind == PING_ACK and self._ping_due is not None:
-                self._ping_due.cancel()
-                self._ping_due = None
+        if kind == END:
+            call = calls.pop(sid, None)
+            if call is not None:
+                call._end(*status_of(value))  # type: ignore[arg-type]
+        elif kind == HEADERS:
+            self._on_headers(sid, value)  # type: ignore[arg-type]
+        elif kind == RESET:
+            call = calls.pop(sid, None)
+            if call is not None:
+                status = _RESET_STATUS.get(value, "INTERNAL")  # type: ignore[call-overload]
+                call._end(status, f"the engine reset the stream (HTTP/2 error {value})")
+        elif kind == STREAM_ERROR:
+            call = calls.pop(sid, None)
+            if call is not None:
+                status, why = cast(tuple[str, str], value)
+                call._end(status, f"the gateway reset the stream: {why}")
+        elif kind == GOAWAY:
+            log.info("engine_goaway", target=self.channel.target, detail=value, last_stream=sid)
+            for refused in [s for s in calls if s > sid]:  # never processed: retryable
+                calls.pop(refused)._end("UNAVAILABLE", f"the engine sent {value}")
+        elif kind == PING_ACK and self._ping_due is not None:
+            self._ping_due.cancel()
+            self._ping_due = None
 
     def _on_headers(self, sid: int, headers: list[tuple[str, str]]) -> None:
         refused = http_refusal(headers)

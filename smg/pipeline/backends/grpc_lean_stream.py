@@ -108,7 +108,10 @@ class LeanStream:
             except CallError as exc:
                 batch = self._failed(exc.code, exc.details)
             else:
-                batch = self._take(messages) if messages else self._closed_early()
+                if messages:
+                    batch = self._take(messages, sum(map(len, messages)))
+                else:
+                    batch = self._closed_early()
             if batch:
                 if watch is not None:  # while the consumer has it, the engine is not idle
                     watch.busy = True
@@ -126,23 +129,18 @@ class LeanStream:
         return call
 
     # --- what each mode shares -----------------------------------------------------------------
-    def _take(self, messages: list[bytes]) -> list[EngineEvent]:
-        """The events of `messages` (non-empty), in order."""
+    def _take(self, messages: list[bytes], size: int) -> list[EngineEvent]:
+        """The events of `messages` (non-empty; `size`: their payload bytes), in order."""
         watch = self._watch
         if watch is not None:
             watch.progress += 1
         left = self._left
         if left is not None:
-            left = self._left = left - sum(map(len, messages))
+            left = self._left = left - size
             if left < 0:  # a hostile engine's endless answer: cut it, as HTTP does
                 self._done = True
                 return list(self._norm.fail(f"the engine's answer exceeded {self._limit} bytes"))
-        parse, feed = self._parse, self._norm.feed
-        batch: list[EngineEvent] = []
-        for m in messages:
-            event = feed(parse(m))
-            if event is not None:
-                batch.append(event)
+        batch: list[EngineEvent] = self._norm.feed_all(map(self._parse, messages))
         if batch:
             self._started = True
             self._ended = self._norm.all_finished
@@ -195,12 +193,12 @@ class LeanStream:
             self._call.release()
 
     # the call's callbacks (`CallSink`)
-    def messages(self, messages: list[bytes]) -> None:
+    def messages(self, messages: list[bytes], size: int) -> None:
         sink = self._sink
         if self._done or sink is None:
             return
         try:
-            batch = self._take(messages)
+            batch = self._take(messages, size)
         except Exception as exc:  # e.g. a message that does not parse: the sink's failure
             self._done = True
             sink.fail(exc)

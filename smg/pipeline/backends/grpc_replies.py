@@ -18,6 +18,7 @@ loads. How the two runtimes differ on the way out, and what this module does abo
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,29 +67,71 @@ class _Choice:
 
 
 class ResponseNormaliser:
-    """The state of one Generate call: feed it each `GenerateResponse`, get our events."""
+    """The state of one Generate call: feed it each `GenerateResponse`, get our events.
+    `logprobs`: the request asked for them (else an answer's are not read)."""
 
-    __slots__ = ("_choices", "_cumulative", "_done", "_n", "_stream", "_vllm")
+    __slots__ = (
+        "_choices",
+        "_cumulative",
+        "_done",
+        "_logprobs",
+        "_n",
+        "_stream",
+        "_vllm",
+        "all_finished",
+    )
 
-    def __init__(self, runtime: str, *, stream: bool, n: int) -> None:
+    def __init__(self, runtime: str, *, stream: bool, n: int, logprobs: bool = True) -> None:
         self._cumulative = runtime == SGLANG  # SGLang counts are cumulative, vLLM's per chunk
         self._vllm = runtime == VLLM
         self._stream = stream
         self._n = max(n, 1)
+        self._logprobs = logprobs
         self._choices: dict[int, _Choice] = {}
-        self._done = 0
-
-    @property
-    def all_finished(self) -> bool:
-        return self._done >= self._n
+        self._done = 0  # choices finished
+        self.all_finished = False  # every choice is (an attribute: read once a read per call)
 
     def feed(self, response: Any) -> TokenDelta | Finished | None:
-        kind = response.WhichOneof("response")
-        if kind == "chunk":
-            return self._chunk(response.chunk)
-        if kind == "complete":
-            return self._complete(response.complete)
-        return None
+        events = self.feed_all((response,))
+        return events[0] if events else None
+
+    def feed_all(self, responses: Iterable[Any]) -> list[TokenDelta | Finished]:
+        """The events of `responses` (those that arrived together), in order. Per token (a
+        chunk): one loop turn, each protobuf field read once (a upb getattr is not free)."""
+        events: list[TokenDelta | Finished] = []
+        choices, stream, cumulative = self._choices, self._stream, self._cumulative
+        for response in responses:
+            kind = response.WhichOneof("response")
+            if kind != "chunk":
+                if kind == "complete":
+                    done = self._complete(response.complete)
+                    if done is not None:
+                        events.append(done)
+                continue
+            c = response.chunk
+            index = c.index
+            ch = choices.get(index)
+            if ch is None:
+                ch = choices[index] = _Choice()
+            elif ch.done:
+                continue
+            ids = c.token_ids[:]  # a list (a slice of upb's container: half of list()'s cost)
+            if cumulative:
+                ch.completion = c.completion_tokens or ch.completion + len(ids)
+            else:  # count the ids themselves: right whether an engine sends per-chunk or running
+                ch.completion += len(ids)
+            prompt = ch.prompt = c.prompt_tokens or ch.prompt
+            cached = ch.cached = c.cached_tokens or ch.cached
+            if not ids:
+                continue
+            if stream:
+                ch.delivered.extend(ids)
+                ch.last = ids
+            logprobs = None
+            if self._logprobs and c.HasField("output_logprobs"):
+                logprobs = logprobs_from_proto(c.output_logprobs)
+            events.append(TokenDelta(index, ids, prompt, ch.completion, cached, logprobs))
+        return events
 
     def fail(self, error: str) -> list[Finished]:
         """`Finished(error)` for every choice not finished yet (the call broke mid-way)."""
@@ -99,6 +142,7 @@ class ResponseNormaliser:
                 continue
             ch.done = True
             self._done += 1
+            self.all_finished = self._done >= self._n
             out.append(
                 Finished(
                     index=index,
@@ -117,35 +161,14 @@ class ResponseNormaliser:
             ch = self._choices[index] = _Choice()
         return ch
 
-    def _chunk(self, c: Any) -> TokenDelta | None:
-        # per token: each protobuf field is read once (a upb getattr is not free)
-        index = c.index
-        ch = self._choices.get(index)
-        if ch is None:
-            ch = self._choices[index] = _Choice()
-        elif ch.done:
-            return None
-        ids = c.token_ids[:]  # a list (a slice of upb's container: half of list()'s cost)
-        if self._cumulative:
-            ch.completion = c.completion_tokens or ch.completion + len(ids)
-        else:  # count the ids themselves: right whether an engine sends per-chunk or running
-            ch.completion += len(ids)
-        prompt = ch.prompt = c.prompt_tokens or ch.prompt
-        cached = ch.cached = c.cached_tokens or ch.cached
-        if not ids:
-            return None
-        if self._stream:
-            ch.delivered.extend(ids)
-            ch.last = ids
-        logprobs = logprobs_from_proto(c.output_logprobs) if c.HasField("output_logprobs") else None
-        return TokenDelta(index, ids, prompt, ch.completion, cached, logprobs)
-
     def _complete(self, c: Any) -> Finished | None:
         ch = self._choice(c.index)
         if ch.done:
             return None
         ids = list(c.output_ids)
-        logprobs = logprobs_from_proto(c.output_logprobs) if c.HasField("output_logprobs") else None
+        logprobs = None
+        if self._logprobs and c.HasField("output_logprobs"):
+            logprobs = logprobs_from_proto(c.output_logprobs)
         ch.prompt = c.prompt_tokens or ch.prompt
         ch.cached = c.cached_tokens or ch.cached
         if self._stream:
@@ -160,6 +183,7 @@ class ResponseNormaliser:
             ch.completion = c.completion_tokens or len(ids)
         ch.done = True
         self._done += 1
+        self.all_finished = self._done >= self._n
         which = c.WhichOneof("matched_stop")
         matched: int | str | None = None
         if which == "matched_token_id":

@@ -27,6 +27,9 @@ Events are plain tuples, built per gRPC message on the hot path:
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
+
 from smg.pipeline.backends.h2_flow import StreamCredit, _Stream
 from smg.pipeline.backends.h2_frames import (
     CONTINUATION,
@@ -62,6 +65,11 @@ from smg.pipeline.backends.h2_send import SendSide
 __all__ = ["ClientConnection", "Event", "H2ProtocolError"]
 
 MESSAGE, HEADERS, END, RESET, GOAWAY, PING_ACK, STREAM_ERROR = range(7)
+
+# a frame's 9-byte head: its length (24 bits: high byte, low 16), type, flags, stream id (with
+# the reserved bit); a gRPC message's 5-byte prefix: compressed flag, length
+_frame_head = struct.Struct(">BHBBL").unpack_from
+_message_head = struct.Struct(">BL").unpack_from
 
 Event = tuple[int, int, object]
 
@@ -102,10 +110,17 @@ class ClientConnection(SendSide):
             max_message_bytes=max_message_bytes,
             max_overdraft_bytes=max_overdraft_bytes,
         )
+        # consumed(stream_id, nbytes): the caller took `nbytes` of a stream's messages out (each
+        # message's payload plus its 5-byte prefix): the server may send that much more, once
+        # enough is due to be worth a WINDOW_UPDATE; a stream that ended is ignored (the credit's
+        # own method: one call a read per stream, not two)
+        self.consumed: Callable[[int, int], None] = self.credit.consumed
         self.next_stream_id = 1
         self.peer_max_streams = MAX_STREAM_ID  # until the server's SETTINGS say otherwise
         self.recv_window = max(connection_window, DEFAULT_WINDOW)  # the server's, for its DATA
         self._unacked = 0  # DATA bytes received since our last connection WINDOW_UPDATE
+        self._ack_at = connection_window // 2  # ... sent once this many are due
+        self.max_message_bytes = self.credit.max_message_bytes  # (the credit's: what fits)
         self._in = bytearray()
         settings = (
             (SETTINGS_ENABLE_PUSH, 0),
@@ -147,14 +162,6 @@ class ClientConnection(SendSide):
         if self._close_stream(stream_id) is not None:
             self._out.append(frame(RST_STREAM, 0, stream_id, ERROR_CANCEL.to_bytes(4, "big")))
 
-    def consumed(self, stream_id: int, nbytes: int) -> None:
-        """The caller took `nbytes` of `stream_id`'s messages out (each message's payload plus
-        its 5-byte prefix): the server may send that much more, once enough is due to be worth a
-        WINDOW_UPDATE. A stream that ended is ignored."""
-        stream = self.streams.get(stream_id)
-        if stream is not None:
-            self.credit.consumed(stream_id, stream, nbytes)
-
     # --- streams ---------------------------------------------------------------------------------
     def _close_stream(self, sid: int) -> _Stream | None:
         stream = self.streams.pop(sid, None)
@@ -179,16 +186,6 @@ class ClientConnection(SendSide):
     # --- receiving -----------------------------------------------------------------------------
     def receive(self, data: bytes) -> list[Event]:
         events: list[Event] = []
-        try:
-            self._receive(data, events)
-        except H2ProtocolError as exc:
-            exc.events = events
-            self.goaway = True  # and our GOAWAY says why (the server opens no streams: last 0)
-            self._out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + exc.code.to_bytes(4, "big")))
-            raise
-        return events
-
-    def _receive(self, data: bytes, events: list[Event]) -> None:
         buf = self._in
         if buf:
             buf += data
@@ -197,50 +194,60 @@ class ClientConnection(SendSide):
             view = data
         pos, end = 0, len(view)
         blocks = self.header_blocks
-        while end - pos >= 9:
-            length = int.from_bytes(view[pos : pos + 3], "big")
-            if length > DEFAULT_MAX_FRAME:
-                raise H2ProtocolError(
-                    f"a {length}-byte frame exceeds our maximum frame size", ERROR_FRAME_SIZE
-                )
-            if end - pos - 9 < length:
-                break
-            kind = view[pos + 3]
-            flags = view[pos + 4]
-            sid = int.from_bytes(view[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-            payload = view[pos + 9 : pos + 9 + length]
-            pos += 9 + length
-            if blocks.receiving and kind != CONTINUATION:
-                raise H2ProtocolError("a header block was interrupted")
-            if kind == DATA:
-                self._on_data(sid, flags, payload, events)
-            else:
-                self._on_control(kind, sid, flags, bytes(payload), events)
+        try:  # (one function, not a wrapper and its loop: a call less per read)
+            while end - pos >= 9:
+                high, low, kind, flags, sid = _frame_head(view, pos)  # one call, no slices
+                length = high << 16 | low
+                if length > DEFAULT_MAX_FRAME:
+                    raise H2ProtocolError(
+                        f"a {length}-byte frame exceeds our maximum frame size", ERROR_FRAME_SIZE
+                    )
+                start = pos + 9
+                pos = start + length
+                if pos > end:
+                    pos = start - 9
+                    break
+                if blocks.sid and kind != CONTINUATION:
+                    raise H2ProtocolError("a header block was interrupted")
+                if kind == DATA:
+                    self._on_data(sid & 0x7FFFFFFF, flags, view, start, pos, events)
+                else:
+                    payload = bytes(view[start:pos])
+                    self._on_control(kind, sid & 0x7FFFFFFF, flags, payload, events)
+        except H2ProtocolError as exc:
+            exc.events = events
+            self.goaway = True  # and our GOAWAY says why (the server opens no streams: last 0)
+            self._out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + exc.code.to_bytes(4, "big")))
+            raise
         if pos < end:
             self._in = bytearray(view[pos:])
         elif buf:
             self._in = bytearray()
+        return events
 
-    def _on_data(
-        self, sid: int, flags: int, payload: bytes | bytearray, events: list[Event]
+    def _on_data(  # a DATA frame: its payload is view[start:end] (each message copied once)
+        self, sid: int, flags: int, view: bytes | bytearray, start: int, end: int, events: list
     ) -> None:
         if sid == 0:
             raise H2ProtocolError("DATA on stream 0")
-        size = len(payload)
+        size = end - start
         self.recv_window -= size
         if self.recv_window < 0:
             raise H2ProtocolError(
                 "DATA beyond the connection's flow-control window", ERROR_FLOW_CONTROL
             )
         self._unacked += size
-        if self._unacked >= self.connection_window // 2:
+        if self._unacked >= self._ack_at:
             self._out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
             self.recv_window += self._unacked
             self._unacked = 0
+        pad = 0  # padding: counted, nothing for the caller to take
         if flags & FLAG_PADDED:
-            if not payload or payload[0] >= size:
+            if not size or view[start] >= size:
                 raise H2ProtocolError("bad DATA padding")
-            payload = payload[1 : size - payload[0]]
+            pad = view[start] + 1
+            end -= view[start]
+            start += 1
         stream = self.streams.get(sid)
         if stream is None:
             self._check_opened(sid, "DATA")
@@ -250,40 +257,47 @@ class ClientConnection(SendSide):
             raise H2ProtocolError(
                 f"DATA beyond stream {sid}'s flow-control window", ERROR_FLOW_CONTROL
             )
-        stream.consumed += size - len(payload)  # padding: nothing for the caller to take
+        if pad:
+            stream.consumed += pad
         buf = stream.buf
         if buf:
-            buf += payload
+            buf += view[start:end]
             data: bytes | bytearray = buf
+            pos = 0
+            end = len(buf)
         else:
-            data = payload
-        pos, end = 0, len(data)
+            data = view
+            pos = start
+        first = pos
+        copy = type(data) is not bytes  # a bytearray's slice is one: make the message bytes
+        limit = self.max_message_bytes
         while end - pos >= 5:
-            if data[pos]:
+            compressed, n = _message_head(data, pos)
+            if compressed:
                 raise H2ProtocolError("a compressed gRPC message (none was negotiated)")
-            n = int.from_bytes(data[pos + 1 : pos + 5], "big")
-            if n > self.credit.max_message_bytes:
-                limit = self.credit.max_message_bytes
+            if n > limit:
                 detail = f"a {n}-byte response message exceeds the {limit}-byte limit"
                 self._stream_error(sid, ERROR_CANCEL, detail, events, "RESOURCE_EXHAUSTED")
                 return
             if end - pos - 5 < n:
                 break
-            events.append((MESSAGE, sid, bytes(data[pos + 5 : pos + 5 + n])))
+            message = data[pos + 5 : pos + 5 + n]
+            events.append((MESSAGE, sid, bytes(message) if copy else message))
             pos += 5 + n
-        stream.unread += pos
+        stream.unread += pos - first
         if pos < end:
             if data is buf:
                 del buf[:pos]  # in place: a message spread over many frames stays linear
             else:
-                stream.buf = bytearray(data[pos:])
+                stream.buf = bytearray(data[pos:end])
         elif buf:
             stream.buf = bytearray()
         if flags & FLAG_END_STREAM:
             self._close_stream(sid)
             events.append((END, sid, []))  # no trailers: the caller decides what that means
             return
-        self.credit.update(sid, stream)
+        if not stream.unread or stream.consumed >= self.credit.half_window:
+            self.credit.update(sid, stream)  # (else nothing is due: see StreamCredit.update)
 
     def _on_control(
         self, kind: int, sid: int, flags: int, payload: bytes, events: list[Event]

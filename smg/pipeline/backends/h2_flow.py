@@ -44,6 +44,7 @@ class StreamCredit:
         "_out",
         "_starved",
         "_streams",
+        "half_window",
         "max_message_bytes",
         "max_overdraft_bytes",
         "overdraft",
@@ -62,21 +63,33 @@ class StreamCredit:
         self._out = out
         self._streams = streams
         self.stream_window = stream_window
+        self.half_window = stream_window // 2  # the batch worth a WINDOW_UPDATE
         self.max_overdraft_bytes = max_overdraft_bytes
         # the largest message that can ever be admitted: the window plus the whole budget
         self.max_message_bytes = min(max_message_bytes, stream_window + max_overdraft_bytes - 5)
         self.overdraft = 0  # outstanding over all streams
         self._starved: dict[int, None] = {}  # streams waiting for budget, oldest first
 
-    def consumed(self, sid: int, stream: _Stream, nbytes: int) -> None:
+    def consumed(self, sid: int, nbytes: int) -> None:
+        """The caller took `nbytes` of stream `sid`'s messages (ignored once it ended)."""
+        stream = self._streams.get(sid)
+        if stream is None:
+            return
         stream.unread -= nbytes
-        repaid = min(nbytes, stream.overdraft)
-        stream.overdraft -= repaid
-        self.overdraft -= repaid
-        stream.consumed += nbytes - repaid
-        self.update(sid, stream)
-        if repaid and self._starved:
-            self._feed_starved()
+        if stream.overdraft and nbytes:  # an admitted big message: its overdraft paid back
+            repaid = min(nbytes, stream.overdraft)
+            stream.overdraft -= repaid
+            self.overdraft -= repaid
+            stream.consumed += nbytes - repaid
+            self.update(sid, stream)
+            if self._starved:
+                self._feed_starved()
+            return
+        stream.consumed += nbytes
+        if stream.consumed >= self.half_window or (
+            not stream.unread and (stream.buf or stream.recv_window < 5)
+        ):  # (else `update` has nothing to grant: no batch due, no message waiting)
+            self.update(sid, stream)
 
     def closed(self, sid: int, stream: _Stream) -> None:
         """`stream` left the table: its overdraft goes back to the budget."""
@@ -92,7 +105,7 @@ class StreamCredit:
         beyond the window if need be, to admit the message the caller waits for (it has read
         everything else, so nothing else would ever refill the window), budget permitting."""
         due = stream.consumed
-        grant = due if due >= self.stream_window // 2 else 0
+        grant = due if due >= self.half_window else 0
         if not stream.unread:
             buf = stream.buf
             missing = (5 + int.from_bytes(buf[1:5], "big") if len(buf) >= 5 else 5) - len(buf)

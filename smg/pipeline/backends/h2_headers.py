@@ -29,20 +29,17 @@ Headers = list[tuple[str, str]]
 class HeaderBlocks:
     """The header block being received on a connection, and the HPACK state of all blocks."""
 
-    __slots__ = ("_data", "_flags", "_frames", "_sid", "decoder", "max_list_bytes")
+    __slots__ = ("_data", "_flags", "_frames", "decoder", "max_list_bytes", "sid")
 
     def __init__(self, max_list_bytes: int = MAX_HEADER_LIST_BYTES) -> None:
         self.decoder = hpack.Decoder()
         self.max_list_bytes = max_list_bytes
-        self._sid = 0  # the stream of the block being received; 0: none
+        # the stream of the block being received (its next frame must be a CONTINUATION);
+        # 0: none (read per frame: an attribute, not a property)
+        self.sid = 0
         self._flags = 0
         self._frames = 0
         self._data = bytearray()
-
-    @property
-    def receiving(self) -> bool:
-        """A block is open: the next frame must be its CONTINUATION."""
-        return self._sid != 0
 
     def headers(self, sid: int, flags: int, payload: bytes) -> tuple[int, Headers] | None:
         """A HEADERS frame; (its flags, the header list) when it ends the block."""
@@ -54,12 +51,12 @@ class HeaderBlocks:
             payload = payload[1 : len(payload) - payload[0]]
         if flags & FLAG_PRIORITY:
             payload = payload[5:]
-        self._sid, self._flags, self._frames = sid, flags, 0
+        self.sid, self._flags, self._frames = sid, flags, 0
         self._data = bytearray()
         return self._add(flags, payload)
 
     def continuation(self, sid: int, flags: int, payload: bytes) -> tuple[int, Headers] | None:
-        if sid == 0 or sid != self._sid:
+        if sid == 0 or sid != self.sid:
             raise H2ProtocolError("CONTINUATION without its HEADERS")
         return self._add(flags, payload)
 
@@ -73,7 +70,7 @@ class HeaderBlocks:
         self._data += payload
         if not flags & FLAG_END_HEADERS:
             return None
-        data, self._data, self._sid = bytes(self._data), bytearray(), 0
+        data, self._data, self.sid = bytes(self._data), bytearray(), 0
         try:
             return self._flags, self.decoder.decode(data, self.max_list_bytes)
         except hpack.HeaderListTooLarge as exc:

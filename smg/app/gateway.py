@@ -95,11 +95,6 @@ from smg.storage.factory import open_storage
 from smg.tls import GatewayTls
 
 log = structlog.get_logger("smg.gateway")
-# The collector's first generation runs every 700 net allocations by default: under load (64
-# streams in flight, each holding its objects for the whole answer) most of what it scans
-# survives and is scanned again in the older generations. Collecting less often lets more of a
-# request's garbage die by reference count first.
-GC_THRESHOLDS = (10_000, 10, 10)
 
 _FLUSH_WORKER_TIMEOUT_S = 10.0  # one worker's /flush_cache (the fan-out has its own limit)
 
@@ -361,7 +356,6 @@ class Gateway:
             # collector's generations so the per-request garbage is all it scans.
             gc.collect()
             gc.freeze()
-            gc.set_threshold(*GC_THRESHOLDS)
             async with self.background.serving(), asyncio.TaskGroup() as tg:
                 sweeper = tg.create_task(self.guard.run(), name="connection-sweeper")
                 try:

@@ -18,7 +18,6 @@ _STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) f
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 _BLOCKS: dict[tuple[tuple[bytes, bytes], ...], bytes] = {}  # checked header tuples, rendered
 _BLOCKS_MAX = 256
-_SIZE_LINES = tuple(b"%x\r\n" % n for n in range(4096))  # a chunk's size line, by its size
 
 
 Headers = list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...] | bytes
@@ -112,10 +111,8 @@ class ResponseWriter:
             self._remaining -= len(data)
         if self._no_body or not data:
             return b""
-        if self._chunked:  # once a relayed read: no %-formatting
-            size = len(data)
-            line = _SIZE_LINES[size] if size < 4096 else b"%x\r\n" % size
-            out = b"".join((line, data, b"\r\n"))
+        if self._chunked:
+            out = b"%x\r\n%s\r\n" % (len(data), data)
             self.output += len(out)
             return out
         self.output += len(data)

@@ -77,12 +77,7 @@ class Piped:
         except ConnectionError as exc:
             self._settle(exc)
             return
-        if not more:
-            self._held()
-
-    def _held(self) -> None:
-        """The client takes no more now: pause the source and wake the task to drain."""
-        if not self._paused:
+        if not more and not self._paused:
             self._paused = True
             self._pause()
             self._wake()
@@ -155,13 +150,7 @@ class Pipe(Piped):
         if self._first is not None:
             first, self._first = self._first, None
             first()
-        try:  # `_write`, inline: one call fewer a chunk
-            more = self.out.write_nowait(chunk)
-        except ConnectionError as exc:
-            self._settle(exc)
-            return
-        if not more:
-            self._held()
+        self._write(chunk)
 
     # --- the request's task ------------------------------------------------------------------
     async def run(self) -> BaseException | None:

@@ -113,17 +113,13 @@ class OutputShaper:
                 state.completion_tokens = ev.completion_tokens
             # (without stop strings the choice's text is its detokenizer's: one call less)
             text = state.feed(ev.token_ids) if state.stops else state.detok.feed(ev.token_ids)
+            out: list[bytes] = []
+            if text:
+                state.text.append(text)
+                out.append(self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL)
             if state.done:  # a stop string completed
-                out: list[bytes] = []
-                if text:
-                    state.text.append(text)
-                    out.append(self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL)
                 out.append(self._frame(index, None, finish=state))
-                return out
-            if not text:
-                return []
-            state.text.append(text)
-            return [self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL]
+            return out
         if not self._prefix:
             self._streaming()
         frames: list[bytes] = []

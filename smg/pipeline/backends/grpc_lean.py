@@ -147,11 +147,8 @@ class _Connection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.abort()
             return
-        if not self._flush_due and self.core.has_output:  # `_flush_soon`, inline (per read)
-            self._flush_due = True
-            self.loop.call_soon(self._flush_now)
-        if not self.calls:
-            self._retire_if_idle()
+        self._flush_soon()
+        self._retire_if_idle()
 
     def _on_event(self, kind: int, sid: int, value: object) -> None:  # (not a message)
         calls = self.calls

@@ -296,8 +296,7 @@ class ClientConnection(SendSide):
             self._close_stream(sid)
             events.append((END, sid, []))  # no trailers: the caller decides what that means
             return
-        if not stream.unread or stream.consumed >= self.credit.half_window:
-            self.credit.update(sid, stream)  # (else nothing is due: see StreamCredit.update)
+        self.credit.update(sid, stream)
 
     def _on_control(
         self, kind: int, sid: int, flags: int, payload: bytes, events: list[Event]

@@ -76,20 +76,15 @@ class StreamCredit:
         if stream is None:
             return
         stream.unread -= nbytes
-        if stream.overdraft and nbytes:  # an admitted big message: its overdraft paid back
+        repaid = 0
+        if stream.overdraft:  # an admitted big message: its overdraft is paid back first
             repaid = min(nbytes, stream.overdraft)
             stream.overdraft -= repaid
             self.overdraft -= repaid
-            stream.consumed += nbytes - repaid
-            self.update(sid, stream)
-            if self._starved:
-                self._feed_starved()
-            return
-        stream.consumed += nbytes
-        if stream.consumed >= self.half_window or (
-            not stream.unread and (stream.buf or stream.recv_window < 5)
-        ):  # (else `update` has nothing to grant: no batch due, no message waiting)
-            self.update(sid, stream)
+        stream.consumed += nbytes - repaid
+        self.update(sid, stream)
+        if repaid and self._starved:
+            self._feed_starved()
 
     def closed(self, sid: int, stream: _Stream) -> None:
         """`stream` left the table: its overdraft goes back to the budget."""
@@ -105,6 +100,10 @@ class StreamCredit:
         beyond the window if need be, to admit the message the caller waits for (it has read
         everything else, so nothing else would ever refill the window), budget permitting."""
         due = stream.consumed
+        if due < self.half_window and (
+            stream.unread or (not stream.buf and stream.recv_window >= 5)
+        ):
+            return  # no batch due, and no message waiting for room: nothing to grant
         grant = due if due >= self.half_window else 0
         if not stream.unread:
             buf = stream.buf

@@ -210,7 +210,7 @@ class _Connection(asyncio.Protocol):
         """Write what the core has at the end of this loop turn: the calls opened, the credits
         given and the acks due in one turn go out in one write (one syscall), not one each. A
         write per call was 6 % of a gRPC request's CPU at 64 concurrent calls (py-spy)."""
-        if not self._flush_due and self.core.has_output:  # (most reads owe the engine nothing)
+        if not self._flush_due and self.core.out:  # (most reads owe the engine nothing)
             self._flush_due = True
             self.loop.call_soon(self._flush_now)
 
@@ -228,7 +228,7 @@ class _Connection(asyncio.Protocol):
     def _retire_if_idle(self) -> None:
         """After GOAWAY (or when the engine's stream limit leaves no room for a call), close once
         the last call on this connection is over."""
-        if not self.core.can_open and not self.calls and self.transport is not None:
+        if not self.calls and not self.core.can_open and self.transport is not None:
             self.closed = True
             self.transport.close()
 

@@ -104,7 +104,7 @@ class ClientConnection(SendSide):
         self.header_blocks = HeaderBlocks(max_header_list_bytes)
         self.decoder = self.header_blocks.decoder
         self.credit = StreamCredit(
-            self._out,
+            self.out,
             self.streams,
             stream_window=stream_window,
             max_message_bytes=max_message_bytes,
@@ -127,13 +127,13 @@ class ClientConnection(SendSide):
             (SETTINGS_INITIAL_WINDOW_SIZE, stream_window),
             (SETTINGS_MAX_HEADER_LIST_SIZE, max_header_list_bytes),
         )
-        self._out.append(
+        self.out.append(
             frame(SETTINGS, 0, 0, b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big")
                                             for k, v in settings))
         )  # fmt: skip
         if connection_window > DEFAULT_WINDOW:
             inc = connection_window - DEFAULT_WINDOW
-            self._out.append(frame(WINDOW_UPDATE, 0, 0, inc.to_bytes(4, "big")))
+            self.out.append(frame(WINDOW_UPDATE, 0, 0, inc.to_bytes(4, "big")))
 
     # --- what the caller asks ------------------------------------------------------------------
     @property
@@ -160,7 +160,7 @@ class ClientConnection(SendSide):
     def cancel(self, stream_id: int) -> None:
         """RST_STREAM(CANCEL) for a stream we no longer want; later frames for it are dropped."""
         if self._close_stream(stream_id) is not None:
-            self._out.append(frame(RST_STREAM, 0, stream_id, ERROR_CANCEL.to_bytes(4, "big")))
+            self.out.append(frame(RST_STREAM, 0, stream_id, ERROR_CANCEL.to_bytes(4, "big")))
 
     # --- streams ---------------------------------------------------------------------------------
     def _close_stream(self, sid: int) -> _Stream | None:
@@ -217,7 +217,7 @@ class ClientConnection(SendSide):
         except H2ProtocolError as exc:
             exc.events = events
             self.goaway = True  # and our GOAWAY says why (the server opens no streams: last 0)
-            self._out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + exc.code.to_bytes(4, "big")))
+            self.out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + exc.code.to_bytes(4, "big")))
             raise
         if pos < end:
             self._in = bytearray(view[pos:])
@@ -238,7 +238,7 @@ class ClientConnection(SendSide):
             )
         self._unacked += size
         if self._unacked >= self._ack_at:
-            self._out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
+            self.out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
             self.recv_window += self._unacked
             self._unacked = 0
         pad = 0  # padding: counted, nothing for the caller to take

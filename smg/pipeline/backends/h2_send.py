@@ -49,25 +49,20 @@ class SendSide:
         self.peer_initial_window = DEFAULT_WINDOW
         self.peer_max_frame = DEFAULT_MAX_FRAME
         self.send_window = DEFAULT_WINDOW  # the connection's, for our DATA
-        self._out: list[bytes] = [PREFACE]
+        self.out: list[bytes] = [PREFACE]  # frames to send, oldest first (`data_to_send`)
         self._owed = 0  # frames answering the peer, queued since the queue was last taken
         self._blocked: dict[int, None] = {}  # streams with request bytes waiting for window
 
     def ping(self, payload: bytes) -> None:
-        self._out.append(frame(PING, 0, 0, payload))
+        self.out.append(frame(PING, 0, 0, payload))
 
     def close(self, error_code: int = ERROR_NO_ERROR) -> None:
         """GOAWAY: we open no more streams (the server opens none, so its last id is 0)."""
         self.goaway = True
-        self._out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + error_code.to_bytes(4, "big")))
-
-    @property
-    def has_output(self) -> bool:
-        """Whether `data_to_send` has anything to give."""
-        return bool(self._out)
+        self.out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + error_code.to_bytes(4, "big")))
 
     def data_to_send(self) -> bytes:
-        out = self._out
+        out = self.out
         self._owed = 0
         if not out:
             return b""
@@ -83,18 +78,18 @@ class SendSide:
                 "the engine keeps sending frames that need an answer without reading the answers",
                 ERROR_ENHANCE_YOUR_CALM,
             )
-        self._out.append(data)
+        self.out.append(data)
 
     def _send_headers(self, sid: int, block: bytes) -> None:
         size = self.peer_max_frame
         if len(block) <= size:
-            self._out.append(frame(HEADERS_FRAME, FLAG_END_HEADERS, sid, block))
+            self.out.append(frame(HEADERS_FRAME, FLAG_END_HEADERS, sid, block))
             return
-        self._out.append(frame(HEADERS_FRAME, 0, sid, block[:size]))
+        self.out.append(frame(HEADERS_FRAME, 0, sid, block[:size]))
         rest = block[size:]
         while rest:
             part, rest = rest[:size], rest[size:]
-            self._out.append(frame(CONTINUATION, 0 if rest else FLAG_END_HEADERS, sid, part))
+            self.out.append(frame(CONTINUATION, 0 if rest else FLAG_END_HEADERS, sid, part))
 
     def _flush_stream(self, sid: int, stream: _Stream) -> None:
         data = stream.pending
@@ -105,7 +100,7 @@ class SendSide:
             part, data = data[:n], data[n:]
             stream.send_window -= n
             self.send_window -= n
-            self._out.append(frame(DATA, 0 if data else FLAG_END_STREAM, sid, part))
+            self.out.append(frame(DATA, 0 if data else FLAG_END_STREAM, sid, part))
         stream.pending = data
         if data:
             self._blocked[sid] = None

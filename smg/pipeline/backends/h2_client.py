@@ -296,7 +296,8 @@ class ClientConnection(SendSide):
             self._close_stream(sid)
             events.append((END, sid, []))  # no trailers: the caller decides what that means
             return
-        self.credit.update(sid, stream)
+        if pos == first or pad:  # (messages handed out: consuming them settles the credit)
+            self.credit.update(sid, stream)
 
     def _on_control(
         self, kind: int, sid: int, flags: int, payload: bytes, events: list[Event]

@@ -45,6 +45,9 @@ class OutputShaper:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.error: str | None = None
+        # every choice has ended (the engine call is no longer needed): an attribute, set where
+        # a choice ends (`_ended`), as the stream's pipe reads it after every engine read
+        self.all_done = not self.choices
         kind = "chat.completion.chunk" if spec.chat else "text_completion"
         head = {"id": spec.response_id, "object": kind, "created": spec.created}
         head["model"] = spec.model
@@ -68,12 +71,9 @@ class OutputShaper:
         ]
 
     # --- shared ----------------------------------------------------------------------------------
-    @property
-    def all_done(self) -> bool:
-        choices = self.choices
-        if len(choices) == 1:
-            return choices[0].done
-        return all(c.done for c in choices)
+    def _ended(self) -> None:
+        """A choice ended: is every one?"""
+        self.all_done = all(c.done for c in self.choices)
 
     def _choice(self, index: int) -> ChoiceState | None:
         return self.choices[index] if 0 <= index < len(self.choices) else None
@@ -119,6 +119,7 @@ class OutputShaper:
                 out.append(self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL)
             if state.done:  # a stop string completed
                 out.append(self._frame(index, None, finish=state))
+                self._ended()
             return out
         if not self._prefix:
             self._streaming()
@@ -143,6 +144,7 @@ class OutputShaper:
             frames.append(self._frame(state.index, text, logprobs=new_lp))
         if state.done:
             frames.append(self._frame(state.index, None, finish=state))
+            self._ended()
         return frames
 
     def closing_frames(self) -> list[bytes]:
@@ -159,6 +161,7 @@ class OutputShaper:
                     if content:
                         frames.append(self._frame(state.index, content))
                 frames.append(self._frame(state.index, None, finish=state))
+        self.all_done = True
         if self.spec.include_usage:
             payload = {**self._head, "choices": [], "usage": self.usage()}
             frames.append(b"data: " + orjson.dumps(payload) + b"\n\n")
@@ -214,6 +217,8 @@ class OutputShaper:
             state.parse(text, final=state.done)
         else:
             state.text.append(text)
+        if state.done:
+            self._ended()
 
     def body(self) -> dict[str, Any]:
         choices = []
@@ -240,6 +245,7 @@ class OutputShaper:
             if state.matched_stop is not None:
                 choice["matched_stop"] = state.matched_stop
             choices.append(choice)
+        self.all_done = True
         kind = "chat.completion" if self.spec.chat else "text_completion"
         return {**self._head, "object": kind, "choices": choices, "usage": self.usage()}
 

@@ -13,6 +13,7 @@ once the stream's window is spent), until `release`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 from smg.pipeline.backends.grpc_errors import CallError
@@ -21,7 +22,11 @@ from smg.pipeline.backends.grpc_errors import CallError
 class CallHost(Protocol):
     """What a call needs of its connection."""
 
-    def consumed(self, sid: int, nbytes: int) -> None: ...
+    # the caller took `nbytes` of stream `sid`'s messages: credit them (written by the next
+    # `flush_soon`, or by the read of the socket that delivered them, at its end)
+    credit: Callable[[int, int], None]
+
+    def flush_soon(self) -> None: ...
     def cancel_stream(self, sid: int) -> None: ...
 
     due_calls: list[LeanCall]  # piped calls with messages to hand over at the end of this read
@@ -79,6 +84,8 @@ class LeanCall:
         while True:
             messages = self._take()
             if messages:
+                if self._conn is not None:
+                    self._conn.flush_soon()  # their credit
                 return messages
             status = self._status
             if status is not None:
@@ -94,13 +101,13 @@ class LeanCall:
 
     def _take(self) -> list[bytes]:
         """The messages received since the last take, credited to the engine (their payloads
-        and 5-byte prefixes)."""
+        and 5-byte prefixes; outside a read of the socket the caller has it written)."""
         messages = self._messages
         if messages:
             self._messages = []
             conn = self._conn
             if conn is not None:
-                conn.consumed(self._sid, self._size + 5 * len(messages))
+                conn.credit(self._sid, self._size + 5 * len(messages))
             self._size = 0
         return messages
 
@@ -108,7 +115,7 @@ class LeanCall:
         """Hand what arrives to `sink` from now on (see the module doc); what arrived before
         is handed over now."""
         self._sink = sink
-        self._deliver()
+        self._deliver_now()
 
     def hold(self) -> None:
         """(piped) Keep what arrives, unread and uncredited, until `release`."""
@@ -117,7 +124,13 @@ class LeanCall:
     def release(self) -> None:
         """(piped) Hand over what was kept (now, from the caller's task), then go on."""
         self._held = False
+        self._deliver_now()
+
+    def _deliver_now(self) -> None:
+        """`_deliver` from the caller's task, not a read of the socket: the credit is written."""
         self._deliver()
+        if self._conn is not None:
+            self._conn.flush_soon()
 
     def _deliver(self) -> None:
         """(piped) What has arrived to the sink, then the end once the call is over."""

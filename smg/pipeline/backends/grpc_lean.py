@@ -138,7 +138,6 @@ class _Connection(asyncio.Protocol):
                 self.transport.abort()
             return
         self.flush_soon()
-        self._retire_if_idle()
 
     def _on_event(self, kind: int, sid: int, value: object) -> None:  # (not a message)
         calls = self.calls
@@ -165,6 +164,7 @@ class _Connection(asyncio.Protocol):
         elif kind == PING_ACK and self._ping_due is not None:
             self._ping_due.cancel()
             self._ping_due = None
+        self._retire_if_idle()  # (a call may have left, or the engine said GOAWAY)
 
     def _on_headers(self, sid: int, headers: list[tuple[str, str]]) -> None:
         refused = http_refusal(headers)
@@ -208,6 +208,7 @@ class _Connection(asyncio.Protocol):
     def _flush_now(self) -> None:
         self._flush_due = False
         self._flush()
+        self._retire_if_idle()  # (a SETTINGS frame, acked here, may have left no room for a call)
 
     def _flush(self) -> None:
         if self._write_paused:
@@ -218,7 +219,9 @@ class _Connection(asyncio.Protocol):
 
     def _retire_if_idle(self) -> None:
         """After GOAWAY (or when the engine's stream limit leaves no room for a call), close once
-        the last call on this connection is over."""
+        the last call on this connection is over. Looked at where that can change: a call's end
+        or a GOAWAY (`_on_event`), our reset (`cancel_stream`), the engine's SETTINGS (no event:
+        the flush of their ACK), not after every read of the socket."""
         if not self.calls and not self.core.can_open and self.transport is not None:
             self.closed = True
             self.transport.close()

@@ -27,6 +27,7 @@ from smg.pipeline.backends.h2_frames import (
     RST_STREAM,
     SETTINGS,
     SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
     WINDOW_UPDATE,
     frame,
 )
@@ -226,6 +227,38 @@ async def test_goaway_refuses_unprocessed_calls_and_a_new_connection_follows(
     assert await read_all(again) == [b"ok"]
     expected = ("h2", "https") if tls else (None, "http")
     assert seen == [expected, expected]
+    await ch.close()
+
+
+async def test_settings_that_leave_no_room_retire_an_idle_connection(serve: Any) -> None:
+    """No event says so (the ACK's flush looks): the connection closes, a new one follows."""
+    closed = asyncio.Event()
+    conns = 0
+
+    async def script(peer: Peer) -> None:
+        nonlocal conns
+        conns += 1
+        sid = await peer.start()
+        peer.send(
+            peer.headers(sid, [(":status", "200")]) + peer.messages(sid, b"ok") + peer.ok(sid)
+        )
+        if conns > 1:
+            await peer.frame_of(GOAWAY_FRAME)
+            return
+        await asyncio.sleep(0.05)
+        limit = SETTINGS_MAX_CONCURRENT_STREAMS.to_bytes(2, "big") + (0).to_bytes(4, "big")
+        peer.send(frame(SETTINGS, 0, 0, limit))
+        try:
+            while await peer.reader.read(65536):  # until the client closes
+                pass
+        finally:
+            closed.set()
+
+    ch = LeanChannel(await serve(script))
+    assert await read_all(await ch.start(PATH, b"req")) == [b"ok"]
+    await asyncio.wait_for(closed.wait(), 2)
+    assert await read_all(await ch.start(PATH, b"req")) == [b"ok"]
+    assert conns == 2
     await ch.close()
 
 

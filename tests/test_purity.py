@@ -32,6 +32,7 @@ PURE = [
     ROOT / "pipeline" / "messages_output.py",
     ROOT / "pipeline" / "messages_blocks.py",
     ROOT / "pipeline" / "chat_answer.py",
+    ROOT / "pipeline" / "byte_decode.py",
     ROOT / "pipeline" / "detokenize.py",
     ROOT / "pipeline" / "stop.py",
     ROOT / "pipeline" / "token_cache.py",

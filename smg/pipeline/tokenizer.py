@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers.decoders import DecodeStream  # tokenizers >= 0.21
+from tokenizers.decoders import ByteLevel, DecodeStream  # tokenizers >= 0.21
 
+from smg.pipeline.byte_decode import ByteStream, ByteTable
 from smg.pipeline.chat_template import ChatTemplate, TemplateError
 from smg.pipeline.token_cache import TokenCache
 
@@ -68,17 +69,26 @@ class SyncDecoder:
     detokenization, and `stream`, the HF tokenizer's own incremental decoder
     (smg.pipeline.detokenize uses it when offered)."""
 
-    __slots__ = ("_inner",)
+    __slots__ = ("_inner", "_tables")
 
     def __init__(self, inner: HFTokenizer) -> None:
         self._inner = inner
+        # a byte-level tokenizer's ids -> bytes, without and with its special tokens skipped
+        # (byte_decode.py: a table step instead of DecodeStream's); None for other decoders
+        self._tables: tuple[ByteTable, ByteTable] | None = None
+        if isinstance(inner.decoder, ByteLevel):
+            special = {i for i, t in inner.get_added_tokens_decoder().items() if t.special}
+            self._tables = (ByteTable(inner.id_to_token, ()), ByteTable(inner.id_to_token, special))
 
     def __call__(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         text: str = self._inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return text
 
     def stream(self, skip_special_tokens: bool) -> Callable[[int], str | None]:
-        """A fresh `DecodeStream`'s step, for one sequence."""
+        """A fresh step for one sequence: by table for a byte-level tokenizer, else the HF
+        tokenizer's `DecodeStream`."""
+        if self._tables is not None:
+            return ByteStream(self._tables[skip_special_tokens])
         return partial(DecodeStream(skip_special_tokens=skip_special_tokens).step, self._inner)
 
 

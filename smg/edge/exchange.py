@@ -166,10 +166,14 @@ class EdgeResponse:
         before the next write). A client gone raises ConnectionResetError."""
         conn = self._conn
         self.sent += len(data)
-        if conn.transport.is_closing():
+        transport = conn.transport
+        if transport.is_closing():
             raise ConnectionResetError("the client closed the connection")
         if out := conn.response.body(data):
-            self._send(out)
+            if self._head:  # held: it goes first
+                self._send(out)
+            else:  # the usual read: no `_send` frame
+                transport.write(out)
         return not conn.write_paused
 
     async def drain(self) -> None:

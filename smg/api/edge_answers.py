@@ -15,7 +15,7 @@ Written against aiohttp 3.14's `StreamResponse._start` / `_prepare_headers` / `_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import HttpVersion, HttpVersion10, HttpVersion11, web
 from multidict import CIMultiDict
@@ -55,15 +55,25 @@ def wire_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]
 
 
 class EdgeWriter:
-    """aiohttp's payload-writer role for a `StreamResponse` on the lean edge."""
+    """aiohttp's payload-writer role for a `StreamResponse` on the lean edge. A relayed
+    stream's pipe calls `write_nowait` and `wait_writable` per read: they are the edge
+    response's own (bound once, no forwarding call), which counts the body bytes too."""
 
-    __slots__ = ("buffer_size", "length", "out", "output_size")
+    __slots__ = ("buffer_size", "length", "out", "wait_writable", "write_nowait")
 
     def __init__(self, out: EdgeResponse) -> None:
         self.out = out
         self.length: int | None = None
-        self.output_size = 0
         self.buffer_size = 0
+        # a body write that does not wait: whether the client takes more now (False: await
+        # `wait_writable` first); a client gone raises ConnectionResetError
+        self.write_nowait: Callable[[bytes], bool] = out.write_nowait
+        self.wait_writable: Callable[[], Awaitable[None]] = out.drain
+
+    @property
+    def output_size(self) -> int:
+        """Body bytes written (as aiohttp's writer counts them: no framing)."""
+        return self.out.sent
 
     def enable_chunking(self) -> None:
         """The edge frames a body of unknown length itself."""
@@ -80,17 +90,7 @@ class EdgeWriter:
 
     async def write(self, data: bytes | bytearray | memoryview, **_: object) -> None:
         if data:
-            self.output_size += len(data)
             await self.out.write(bytes(data))
-
-    def write_nowait(self, data: bytes) -> bool:
-        """A body write that does not wait (a relayed stream's pipe): whether the client takes
-        more now (False: await `wait_writable` first)."""
-        self.output_size += len(data)
-        return self.out.write_nowait(data)
-
-    async def wait_writable(self) -> None:
-        await self.out.drain()
 
     async def write_eof(self, chunk: bytes | bytearray | memoryview = b"") -> None:
         await self.write(chunk)

@@ -112,11 +112,12 @@ class EdgeResponse:
     one write (a streamed answer starts with its first batch in hand: one syscall less per
     stream); at the end of that turn the head goes out alone if nothing came."""
 
-    __slots__ = ("_conn", "_head")
+    __slots__ = ("_conn", "_head", "sent")
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._head = b""
+        self.sent = 0  # body bytes given to `write` and `write_nowait` (before framing)
 
     @property
     def started(self) -> bool:
@@ -155,6 +156,7 @@ class EdgeResponse:
 
     async def write(self, data: bytes) -> None:
         conn = self._conn
+        self.sent += len(data)
         if out := conn.response.body(data):
             self._send(out)
             await conn.drain()
@@ -163,10 +165,15 @@ class EdgeResponse:
         """`write` without waiting for the client: whether it takes more now (False: `drain`
         before the next write). A client gone raises ConnectionResetError."""
         conn = self._conn
-        if conn.transport.is_closing():
+        self.sent += len(data)
+        transport = conn.transport
+        if transport.is_closing():
             raise ConnectionResetError("the client closed the connection")
         if out := conn.response.body(data):
-            self._send(out)
+            if self._head:  # held: it goes first
+                self._send(out)
+            else:  # the usual read: no `_send` frame
+                transport.write(out)
         return not conn.write_paused
 
     async def drain(self) -> None:

@@ -50,6 +50,7 @@ class ResponseWriter:
 
     __slots__ = (
         "_chunked",
+        "_chunking",
         "_http10",
         "_no_body",
         "_remaining",
@@ -63,6 +64,7 @@ class ResponseWriter:
         self.keep_alive = request.keep_alive and not closing
         self._no_body = request.method == b"HEAD"
         self._chunked = False
+        self._chunking = False  # a chunked body is open and sent (not HEAD): `body`'s fast path
         self._remaining: int | None = None
         self.started = False
         self.finished = False
@@ -92,6 +94,7 @@ class ResponseWriter:
         else:
             framing = b"Transfer-Encoding: chunked\r\n"
             self._chunked = True
+            self._chunking = not self._no_body
         if not self.keep_alive:
             framing += b"Connection: close\r\n\r\n"
         elif self._http10:
@@ -103,18 +106,20 @@ class ResponseWriter:
         return out
 
     def body(self, data: bytes) -> bytes:
+        if self._chunking:  # a streamed answer's usual write: one flag, not four checks
+            if not data:
+                return b""
+            out = b"%x\r\n%s\r\n" % (len(data), data)
+            self.output += len(out)
+            return out
         if not self.started or self.finished:
             raise RuntimeError("no response body is open")
         if self._remaining is not None:
             if len(data) > self._remaining:
                 raise ValueError("more body than the Content-Length said")
             self._remaining -= len(data)
-        if self._no_body or not data:
+        if self._no_body or not data:  # (a chunked body that is sent took the fast path)
             return b""
-        if self._chunked:
-            out = b"%x\r\n%s\r\n" % (len(data), data)
-            self.output += len(out)
-            return out
         self.output += len(data)
         return data
 
@@ -122,6 +127,7 @@ class ResponseWriter:
         if not self.started or self.finished:
             raise RuntimeError("no response body is open")
         self.finished = True
+        self._chunking = False
         if self._remaining:
             self.keep_alive = False  # short of its Content-Length: only a close can say so
             return b""

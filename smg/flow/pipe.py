@@ -72,8 +72,9 @@ class Piped:
     def _write(self, data: bytes) -> None:
         """`data` to the client without waiting; a client that takes no more pauses the source
         and wakes the task (which waits for the drain), a client gone settles the pipe."""
+        write = self.out.write_nowait  # (an attribute load, not a method load: see EdgeWriter)
         try:
-            more = self.out.write_nowait(data)
+            more = write(data)
         except ConnectionError as exc:
             self._settle(exc)
             return

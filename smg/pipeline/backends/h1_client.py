@@ -98,6 +98,10 @@ class ResponseParser:
         self.done = False  # a ParseError, a response that ends with the connection, or EOF
         self.ended = False  # the last response's End was queued
         self.reusable = False  # ended, keep-alive, and nothing after it
+        # llhttp queues each body piece itself (a C call, no Python frame a piece); an
+        # informational answer's body is taken back out (`_drop_info_body`)
+        self.on_body = self.events.append
+        self._info_at = 0  # how many events were queued when an informational head ended
         self._parser = httptools.HttpResponseParser(self)
         self._error: str | None = None
         self._reset_message()
@@ -145,6 +149,8 @@ class ResponseParser:
             self._raw_head_bytes += len(data) if in_head else 0
             if self._raw_head_bytes > self.limits.max_head_bytes:
                 self._fail(self._too_large())
+        elif self._info:
+            self._drop_info_body()
 
     def feed_eof(self) -> None:
         """The worker closed the connection: an until-close body ends well, anything else that
@@ -203,17 +209,22 @@ class ResponseParser:
         self._in_body = True
         if 100 <= status < 200:
             self._info = True
+            self._info_at = len(self.events)
             return
         self.events.append(
             ResponseHead(status, p.get_http_version(), self._headers, self._length, self._chunked)
         )
 
-    def on_body(self, body: bytes) -> None:
-        if not self._info:
-            self.events.append(body)
+    def _drop_info_body(self) -> None:
+        """An informational answer has no body (RFC 9110 15.2): what llhttp read as one (a
+        1xx with a length) is dropped, as it is queued (no 1xx event follows the head)."""
+        events = self.events
+        while len(events) > self._info_at:
+            events.pop()
 
     def on_message_complete(self) -> None:
         if self._info:
+            self._drop_info_body()
             self._reset_message()
             return
         keep = self._parser.should_keep_alive()

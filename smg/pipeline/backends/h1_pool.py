@@ -201,13 +201,21 @@ class _Conn(asyncio.Protocol):
         while events:
             ev = events.popleft()
             if type(ev) is bytes:
-                if self.body is not None:  # a read's body pieces in one feed (one relay write)
+                body = self.body
+                if body is not None:  # a read's body pieces in one feed (one relay write)
                     if events and type(events[0]) is bytes:
-                        parts = [ev]
-                        while events and type(events[0]) is bytes:
-                            parts.append(events.popleft())  # type: ignore[arg-type]
-                        ev = b"".join(parts)
-                    self.body.feed(ev)
+                        if type(events[-1]) is bytes:  # all body (a head is first, an end last)
+                            ev = b"".join((ev, *events))  # type: ignore[arg-type]
+                            events.clear()
+                        else:
+                            parts = [ev]
+                            while type(events[0]) is bytes:  # up to the end that is last
+                                parts.append(events.popleft())  # type: ignore[arg-type]
+                            ev = b"".join(parts)
+                    if (sink := body.sink) is not None:  # piped: as `Body.feed` hands it
+                        sink.data(ev)
+                    else:
+                        body.feed(ev)
             elif type(ev) is ResponseHead:
                 head = self.head
                 if head is None or head.done():  # nobody waits (timed out): drop it

@@ -111,6 +111,20 @@ def test_byte_at_a_time_agrees() -> None:
         assert events([data[i : i + 1] for i in range(len(data))]) == events(data)
 
 
+INFO_WITH_A_BODY = (  # a 1xx has no body (RFC 9110 15.2); what llhttp reads as one is dropped
+    b"HTTP/1.1 150 Odd\r\nContent-Length: 4\r\n\r\nabcd"
+    b"HTTP/1.1 151 Odd\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nef\r\n0\r\n\r\n" + WHOLE
+)
+
+
+def test_an_informational_answers_body_is_dropped_whatever_the_split() -> None:
+    data = INFO_WITH_A_BODY
+    whole = events(data)
+    assert whole == events(WHOLE)
+    assert events([data[i : i + 1] for i in range(len(data))]) == whole
+    assert events([data[:60], data[60:75], data[75:]]) == whole
+
+
 @pytest.mark.parametrize(
     ("data", "keep"),
     [

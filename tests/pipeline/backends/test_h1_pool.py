@@ -14,7 +14,7 @@ import pytest
 from smg.core.worker_urls import AddressPolicy
 from smg.pipeline.backends.address_guard import AddressGuard, DeniedAddress
 from smg.pipeline.backends.h1_client import request_bytes
-from smg.pipeline.backends.h1_pool import H1Client, Target, target_of
+from smg.pipeline.backends.h1_pool import H1Client, Target, _Conn, target_of
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
@@ -338,3 +338,42 @@ async def test_bytes_on_an_idle_connection_retire_it() -> None:
         assert await resp.read() == b"{}" and client.idle_count() == 1
         await asyncio.wait_for(srv.closed.wait(), 2)
         assert client.idle_count() == 0
+
+
+class _Transport:
+    """What a connection's protocol calls on its transport, doing nothing."""
+
+    def write(self, data: bytes) -> None: ...
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.got: list[object] = []
+
+    def data(self, chunk: bytes) -> None:
+        self.got.append(chunk)
+
+    def end(self) -> None:
+        self.got.append("end")
+
+    def fail(self, exc: BaseException) -> None:
+        self.got.append(exc)
+
+
+async def test_a_reads_body_pieces_reach_a_piped_body_as_one_piece_in_order() -> None:
+    conn = _Conn(None, ("http", "127.0.0.1", 1))  # type: ignore[arg-type]
+    conn.connection_made(_Transport())  # type: ignore[arg-type]
+    head = conn.send(b"GET / HTTP/1.1\r\n\r\n", conn.loop.time() + 60)
+    conn.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n")
+    body = (await head).content
+    sink = _Sink()
+    body.pipe(sink)
+    assert sink.got == [b"a"]
+    conn.data_received(b"1\r\nb\r\n2\r\ncd\r\n1\r\ne\r\n")  # body pieces only
+    conn.data_received(b"1\r\nf\r\n2\r\ngh\r\n0\r\n\r\n")  # body pieces, then the end
+    assert sink.got == [b"a", b"bcde", b"fgh", "end"]
+    if conn.timer is not None:
+        conn.timer.cancel()

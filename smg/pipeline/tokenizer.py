@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -66,19 +66,19 @@ def _token_content(value: Any) -> str | None:
 
 class SyncDecoder:
     """`Tokenizer.decode_sync`: inline decode for the small windows of incremental
-    detokenization, and `stream`, the HF tokenizer's own incremental decoder
-    (smg.pipeline.detokenize uses it when offered)."""
+    detokenization, and `stream`, a sequence's incremental decoder (smg.pipeline.detokenize
+    uses it when offered). `special_ids`: the tokenizer's special tokens (skipped or not)."""
 
     __slots__ = ("_inner", "_tables")
 
-    def __init__(self, inner: HFTokenizer) -> None:
+    def __init__(self, inner: HFTokenizer, special_ids: Collection[int]) -> None:
         self._inner = inner
         # a byte-level tokenizer's ids -> bytes, without and with its special tokens skipped
         # (byte_decode.py: a table step instead of DecodeStream's); None for other decoders
         self._tables: tuple[ByteTable, ByteTable] | None = None
         if isinstance(inner.decoder, ByteLevel):
-            special = {i for i, t in inner.get_added_tokens_decoder().items() if t.special}
-            self._tables = (ByteTable(inner.id_to_token, ()), ByteTable(inner.id_to_token, special))
+            to_token = inner.id_to_token
+            self._tables = (ByteTable(to_token, ()), ByteTable(to_token, special_ids))
 
     def __call__(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         text: str = self._inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -107,7 +107,9 @@ class Tokenizer:
         path: Path | None = None,
     ) -> None:
         self._inner = inner
-        self.decode_sync = SyncDecoder(inner)
+        added = inner.get_added_tokens_decoder()
+        self._special_ids = frozenset(i for i, tok in added.items() if tok.special)
+        self.decode_sync = SyncDecoder(inner, self._special_ids)
         # the ids without the offsets (tokenizers >= 0.21), else the offsets too
         self._encode_batch = getattr(inner, "encode_batch_fast", inner.encode_batch)
         self._config = dict(config or {})
@@ -119,8 +121,6 @@ class Tokenizer:
         self.path = path
         self.chat_template = chat_template
         self.cache = cache
-        added = inner.get_added_tokens_decoder()
-        self._special_ids = frozenset(i for i, tok in added.items() if tok.special)
         self._eos_ids = self._find_eos(config or {}, generation_config or {})
         if cache is not None:
             # Only atomic special tokens are safe split points for the L1 prefix cache.

@@ -120,6 +120,6 @@ def test_unknown_ids_decode_to_nothing_and_are_not_kept() -> None:
 
 def test_other_decoders_keep_the_hf_stream_decoder() -> None:
     word = HFTokenizer(models.WordLevel({"hi": 0, "there": 1, "[UNK]": 2}, unk_token="[UNK]"))
-    step = SyncDecoder(word).stream(True)
+    step = SyncDecoder(word, frozenset()).stream(True)
     assert not isinstance(step, ByteStream)
     assert step(0) == "hi"

@@ -60,9 +60,9 @@ async def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float =
     raise RuntimeError(f"{url} not ready")
 
 
-async def _drive(url: str, n: int, conc: int, tokens: int) -> int:
+async def _drive(url: str, n: int, conc: int, tokens: int, model: str = "sim-model") -> int:
     body = {
-        "model": "sim-model",
+        "model": model,
         "messages": [{"role": "user", "content": "Hello, how are you?"}],
         "max_tokens": tokens,
         "stream": True,

@@ -52,8 +52,6 @@ from smg.pipeline.backends.h2_frames import (
     SETTINGS,
     SETTINGS_ENABLE_PUSH,
     SETTINGS_INITIAL_WINDOW_SIZE,
-    SETTINGS_MAX_CONCURRENT_STREAMS,
-    SETTINGS_MAX_FRAME_SIZE,
     SETTINGS_MAX_HEADER_LIST_SIZE,
     WINDOW_UPDATE,
     H2ProtocolError,
@@ -70,6 +68,7 @@ MESSAGE, HEADERS, END, RESET, GOAWAY, PING_ACK, STREAM_ERROR = range(7)
 # the reserved bit); a gRPC message's 5-byte prefix: compressed flag, length
 _frame_head = struct.Struct(">BHBBL").unpack_from
 _message_head = struct.Struct(">BL").unpack_from
+_data_head = struct.Struct(">BHBBLBL").unpack_from  # the two at once, for a DATA frame
 
 Event = tuple[int, int, object]
 
@@ -116,7 +115,6 @@ class ClientConnection(SendSide):
         # own method: one call a read per stream, not two)
         self.consumed: Callable[[int, int], None] = self.credit.consumed
         self.next_stream_id = 1
-        self.peer_max_streams = MAX_STREAM_ID  # until the server's SETTINGS say otherwise
         self.recv_window = max(connection_window, DEFAULT_WINDOW)  # the server's, for its DATA
         self._unacked = 0  # DATA bytes received since our last connection WINDOW_UPDATE
         self._ack_at = connection_window // 2  # ... sent once this many are due
@@ -192,11 +190,24 @@ class ClientConnection(SendSide):
             view: bytes | bytearray = buf
         else:
             view = data
+        copy = type(view) is not bytes  # a bytearray's slice is one: make the message bytes
         pos, end = 0, len(view)
         blocks = self.header_blocks
+        in_block = blocks.sid  # (only a control frame changes it)
+        streams, limit = self.streams, self.max_message_bytes
+        # the connection window, counted per frame in a local, written back once a read (our
+        # WINDOW_UPDATE leaves after the read: the server cannot count on it within the read)
+        window = self.recv_window
+        received = 0
         try:  # (one function, not a wrapper and its loop: a call less per read)
-            while end - pos >= 9:
-                high, low, kind, flags, sid = _frame_head(view, pos)  # one call, no slices
+            while True:
+                if end - pos >= 14:  # the frame head and, for DATA, its first message's prefix
+                    high, low, kind, flags, sid, compressed, n = _data_head(view, pos)
+                elif end - pos >= 9:
+                    high, low, kind, flags, sid = _frame_head(view, pos)
+                    compressed = n = -1
+                else:
+                    break
                 length = high << 16 | low
                 if length > DEFAULT_MAX_FRAME:
                     raise H2ProtocolError(
@@ -207,40 +218,66 @@ class ClientConnection(SendSide):
                 if pos > end:
                     pos = start - 9
                     break
-                if blocks.sid and kind != CONTINUATION:
+                if in_block and kind != CONTINUATION:
                     raise H2ProtocolError("a header block was interrupted")
                 if kind == DATA:
-                    self._on_data(sid & 0x7FFFFFFF, flags, view, start, pos, events)
+                    window -= length
+                    if window < 0:
+                        raise H2ProtocolError(
+                            "DATA beyond the connection's flow-control window", ERROR_FLOW_CONTROL
+                        )
+                    received += length
+                    stream = streams.get(sid)  # (None too for a reserved bit or stream 0)
+                    # the common frame: one whole message, unpadded, nothing buffered before it
+                    if (
+                        n == length - 5
+                        and not flags
+                        and not compressed
+                        and stream is not None
+                        and not stream.buf
+                        and n <= limit
+                    ):
+                        stream.recv_window -= length
+                        if stream.recv_window < 0:
+                            raise H2ProtocolError(
+                                f"DATA beyond stream {sid}'s flow-control window",
+                                ERROR_FLOW_CONTROL,
+                            )
+                        stream.unread += length
+                        message = view[start + 5 : pos]
+                        events.append((MESSAGE, sid, bytes(message) if copy else message))
+                    else:
+                        self._on_data(sid & 0x7FFFFFFF, flags, view, start, pos, events)
                 else:
                     payload = bytes(view[start:pos])
                     self._on_control(kind, sid & 0x7FFFFFFF, flags, payload, events)
+                    in_block = blocks.sid
         except H2ProtocolError as exc:
+            self.recv_window = window
             exc.events = events
             self.goaway = True  # and our GOAWAY says why (the server opens no streams: last 0)
             self.out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + exc.code.to_bytes(4, "big")))
             raise
+        if received:
+            unacked = self._unacked + received
+            if unacked >= self._ack_at:
+                self.out.append(frame(WINDOW_UPDATE, 0, 0, unacked.to_bytes(4, "big")))
+                window += unacked
+                unacked = 0
+            self._unacked = unacked
+            self.recv_window = window
         if pos < end:
             self._in = bytearray(view[pos:])
         elif buf:
             self._in = bytearray()
         return events
 
-    def _on_data(  # a DATA frame: its payload is view[start:end] (each message copied once)
+    def _on_data(  # any other DATA frame (the connection window counted): view[start:end]
         self, sid: int, flags: int, view: bytes | bytearray, start: int, end: int, events: list
     ) -> None:
         if sid == 0:
             raise H2ProtocolError("DATA on stream 0")
         size = end - start
-        self.recv_window -= size
-        if self.recv_window < 0:
-            raise H2ProtocolError(
-                "DATA beyond the connection's flow-control window", ERROR_FLOW_CONTROL
-            )
-        self._unacked += size
-        if self._unacked >= self._ack_at:
-            self.out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
-            self.recv_window += self._unacked
-            self._unacked = 0
         pad = 0  # padding: counted, nothing for the caller to take
         if flags & FLAG_PADDED:
             if not size or view[start] >= size:
@@ -367,32 +404,3 @@ class ClientConnection(SendSide):
             raise H2ProtocolError("a second HEADERS without END_STREAM")
         stream.got_headers = True
         events.append((HEADERS, sid, headers))
-
-    def _on_settings(self, sid: int, flags: int, payload: bytes) -> None:
-        if sid != 0:
-            raise H2ProtocolError("SETTINGS on a stream")
-        if flags & FLAG_ACK:
-            if payload:
-                raise H2ProtocolError("a SETTINGS ACK with a payload", ERROR_FRAME_SIZE)
-            return
-        if len(payload) % 6:
-            raise H2ProtocolError("bad SETTINGS", ERROR_FRAME_SIZE)
-        window = None  # applied once per frame, however many entries set it
-        for i in range(0, len(payload), 6):
-            key = int.from_bytes(payload[i : i + 2], "big")
-            value = int.from_bytes(payload[i + 2 : i + 6], "big")
-            if key == SETTINGS_MAX_CONCURRENT_STREAMS:
-                self.peer_max_streams = value
-            elif key == SETTINGS_INITIAL_WINDOW_SIZE:
-                window = value
-            elif key == SETTINGS_MAX_FRAME_SIZE:
-                if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
-                    raise H2ProtocolError("bad SETTINGS_MAX_FRAME_SIZE")
-                self.peer_max_frame = value
-            elif key == SETTINGS_ENABLE_PUSH and value != 0:
-                raise H2ProtocolError("a server may not enable push")
-            # HEADER_TABLE_SIZE: our encoder never indexes; the rest: ignored
-        if window is not None:
-            self._initial_window(window)
-        self._owe(frame(SETTINGS, FLAG_ACK, 0))
-        self._flush_blocked()

@@ -459,3 +459,50 @@ def test_spent_stream_ids_retire_the_connection() -> None:
     conn.next_stream_id = 2**31 - 1
     conn.start_call(b"", b"")
     assert conn.goaway and not conn.can_open
+
+
+# --- the DATA fast path (one whole unpadded message a frame) and the general path around it ----
+MIXED = [b"a" * 20, b"b", b"two-1", b"two-2", b"split" * 10, b"padded", b"c" * 7, b"last"]
+
+
+def a_mixed_stream(sid: int) -> bytes:
+    one = [grpc_message(m) for m in MIXED]
+    out = headers_frame(sid, [(":status", "200")])
+    out += frame(DATA, 0, sid, one[0]) + frame(DATA, 0, sid, one[1])  # the fast path
+    out += frame(DATA, 0, sid, one[2] + one[3])  # two messages in one frame
+    out += frame(DATA, 0, sid, one[4][:12]) + frame(DATA, 0, sid, one[4][12:])  # one in two
+    out += frame(DATA, FLAG_PADDED, sid, b"\x02" + one[5] + b"\x00\x00")  # padded
+    out += frame(DATA, 0, sid, one[6])  # the fast path again, after the general one
+    return out + frame(DATA, FLAG_END_STREAM, sid, one[7])  # a message and the end
+
+
+@pytest.mark.parametrize("how", ["whole", "bytes", "random"])
+def test_one_message_frames_and_the_rest_are_chunk_invariant(how: str) -> None:
+    conn, sid = opened()
+    events = feed(conn, a_mixed_stream(sid), how, seed=3)
+    assert [e[2] for e in events if e[0] == MESSAGE] == MIXED
+    assert all(type(e[2]) is bytes for e in events if e[0] == MESSAGE)
+    assert events[-1] == (END, sid, []) and sid not in conn.streams
+
+
+def test_one_message_frames_count_against_both_windows() -> None:
+    conn, sid = opened(stream_window=1000, connection_window=100_000)
+    message = frame(DATA, 0, sid, grpc_message(bytes(95)))
+    assert len(conn.receive(message * 10)) == 10  # the stream's whole window
+    assert conn.streams[sid].unread == 1000
+    with pytest.raises(H2ProtocolError, match="stream 1's flow-control window"):
+        conn.receive(message)
+    # the connection's window: the server may use what we announced, no more, even when a
+    # read would reach our next WINDOW_UPDATE (it leaves after the read)
+    conn = ClientConnection(stream_window=1 << 20, connection_window=70_000)
+    sids = [conn.start_call(b"", b"") for _ in range(8)]
+    conn.data_to_send()
+    big = [frame(DATA, 0, s, grpc_message(bytes(16_000))) for s in sids]
+    assert len(conn.receive(b"".join(big[:4]))) == 4
+    updates = [f for f in parse_frames(conn.data_to_send()) if f[0] == WINDOW_UPDATE]
+    assert updates == [(WINDOW_UPDATE, 0, 0, (64_020).to_bytes(4, "big"))]  # one a read
+    assert len(conn.receive(b"".join(big[4:]))) == 4  # the window was refilled
+    conn.data_to_send()
+    with pytest.raises(H2ProtocolError, match="connection's flow-control window") as err:
+        conn.receive(b"".join(big) + big[0])  # 9 frames: 1 past the 70,000 bytes
+    assert len(err.value.events) == 4  # (4 x 16,005 fit: the 5th hits the window)

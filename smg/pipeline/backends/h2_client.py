@@ -13,8 +13,9 @@ what we hold stays bounded (header blocks, owed control frames, messages and ove
 protocol errors follow RFC 9113: a connection error queues a GOAWAY with its code and raises
 `H2ProtocolError`; a stream error resets that stream (STREAM_ERROR) and the others go on.
 
-Events are plain tuples, built per gRPC message on the hot path:
-    (MESSAGE, stream_id, payload)     one whole gRPC message (without its 5-byte prefix)
+Events are plain tuples, one per stream and read of the socket on the hot path:
+    (MESSAGES, stream_id, payloads)   the whole gRPC messages (without their 5-byte prefixes)
+                                      this read brought for the stream, in order (a list)
     (HEADERS, stream_id, headers)     the response headers
     (END, stream_id, trailers)        the stream ended; trailers (a list, maybe empty)
     (RESET, stream_id, error_code)    the server reset the stream
@@ -62,7 +63,7 @@ from smg.pipeline.backends.h2_send import SendSide
 
 __all__ = ["ClientConnection", "Event", "H2ProtocolError"]
 
-MESSAGE, HEADERS, END, RESET, GOAWAY, PING_ACK, STREAM_ERROR = range(7)
+MESSAGES, HEADERS, END, RESET, GOAWAY, PING_ACK, STREAM_ERROR = range(7)
 
 # a frame's 9-byte head: its length (24 bits: high byte, low 16), type, flags, stream id (with
 # the reserved bit); a gRPC message's 5-byte prefix: compressed flag, length
@@ -120,6 +121,7 @@ class ClientConnection(SendSide):
         self._ack_at = connection_window // 2  # ... sent once this many are due
         self.max_message_bytes = self.credit.max_message_bytes  # (the credit's: what fits)
         self._in = bytearray()
+        self._boxes: dict[int, list[bytes]] = {}  # (see `receive`)
         settings = (
             (SETTINGS_ENABLE_PUSH, 0),
             (SETTINGS_INITIAL_WINDOW_SIZE, stream_window),
@@ -192,6 +194,7 @@ class ClientConnection(SendSide):
             view = data
         copy = type(view) is not bytes  # a bytearray's slice is one: make the message bytes
         pos, end = 0, len(view)
+        boxes = self._boxes = {}  # the MESSAGES event's list of each stream, in this read
         blocks = self.header_blocks
         in_block = blocks.sid  # (only a control frame changes it)
         streams, limit = self.streams, self.max_message_bytes
@@ -245,7 +248,11 @@ class ClientConnection(SendSide):
                             )
                         stream.unread += length
                         message = view[start + 5 : pos]
-                        events.append((MESSAGE, sid, bytes(message) if copy else message))
+                        box = boxes.get(sid)
+                        if box is None:
+                            box = boxes[sid] = []
+                            events.append((MESSAGES, sid, box))
+                        box.append(bytes(message) if copy else message)  # type: ignore[arg-type]
                     else:
                         self._on_data(sid & 0x7FFFFFFF, flags, view, start, pos, events)
                 else:
@@ -308,6 +315,7 @@ class ClientConnection(SendSide):
         first = pos
         copy = type(data) is not bytes  # a bytearray's slice is one: make the message bytes
         limit = self.max_message_bytes
+        box = self._boxes.get(sid)
         while end - pos >= 5:
             compressed, n = _message_head(data, pos)
             if compressed:
@@ -319,7 +327,10 @@ class ClientConnection(SendSide):
             if end - pos - 5 < n:
                 break
             message = data[pos + 5 : pos + 5 + n]
-            events.append((MESSAGE, sid, bytes(message) if copy else message))
+            if box is None:
+                box = self._boxes[sid] = []
+                events.append((MESSAGES, sid, box))
+            box.append(bytes(message) if copy else message)  # type: ignore[arg-type]
             pos += 5 + n
         stream.unread += pos - first
         if pos < end:

@@ -76,11 +76,17 @@ class StreamCredit:
         if stream is None:
             return
         stream.unread -= nbytes
-        repaid = 0
-        if stream.overdraft:  # an admitted big message: its overdraft is paid back first
-            repaid = min(nbytes, stream.overdraft)
-            stream.overdraft -= repaid
-            self.overdraft -= repaid
+        if not stream.overdraft:  # the common case: no call when nothing is due (`update`'s test)
+            stream.consumed += nbytes
+            if stream.consumed < self.half_window and (
+                stream.unread or (not stream.buf and stream.recv_window >= 5)
+            ):
+                return
+            self.update(sid, stream)
+            return
+        repaid = min(nbytes, stream.overdraft)  # an admitted big message's overdraft: paid first
+        stream.overdraft -= repaid
+        self.overdraft -= repaid
         stream.consumed += nbytes - repaid
         self.update(sid, stream)
         if repaid and self._starved:

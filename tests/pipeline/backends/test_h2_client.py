@@ -15,7 +15,7 @@ from smg.pipeline.backends.h2_client import (
     END,
     GOAWAY,
     HEADERS,
-    MESSAGE,
+    MESSAGES,
     PING_ACK,
     RESET,
     ClientConnection,
@@ -168,6 +168,11 @@ def feed(conn: ClientConnection, data: bytes, how: str, seed: int = 0) -> list[E
     return events
 
 
+def messages_of(events: list[Event]) -> list[bytes]:
+    """The messages in `events`, in order."""
+    return [m for kind, _, box in events if kind == MESSAGES for m in box]  # type: ignore[attr-defined]
+
+
 def opened(**kw: int) -> tuple[ClientConnection, int]:
     conn = ClientConnection(**kw)
     conn.data_to_send()
@@ -193,7 +198,7 @@ def test_a_stream_is_chunk_invariant(how: str) -> None:
     conn, sid = opened()
     events = feed(conn, a_stream(sid), how)
     assert events[0] == (HEADERS, sid, [(":status", "200")])
-    assert [e[2] for e in events if e[0] == MESSAGE] == STREAM_BODY
+    assert messages_of(events) == STREAM_BODY
     assert events[-1] == (END, sid, [("grpc-status", "0"), ("grpc-message", "")])
     assert sid not in conn.streams
     acks = [f for f in parse_frames(conn.data_to_send()) if f[0] == SETTINGS]
@@ -236,7 +241,7 @@ def test_stream_credit_follows_consumption_in_batches() -> None:
     conn, sid = opened(stream_window=1000, connection_window=100_000)
     conn.receive(headers_frame(sid, [(":status", "200")]))
     events = conn.receive(frame(DATA, 0, sid, grpc_message(bytes(295)) * 2))  # 2 x 300 bytes
-    assert [e[0] for e in events] == [MESSAGE, MESSAGE]
+    assert [e[0] for e in events] == [MESSAGES] and len(messages_of(events)) == 2
     assert stream_updates(conn, sid) == []  # received, not consumed: no credit
     conn.consumed(sid, 300)
     assert stream_updates(conn, sid) == []  # 300 < half the window: not worth a frame yet
@@ -251,14 +256,14 @@ def test_a_stalled_reader_stops_the_server_at_the_window() -> None:
     conn.receive(headers_frame(sid, [(":status", "200")]))
     message = grpc_message(bytes(95))
     events = conn.receive(frame(DATA, 0, sid, message * 10))  # the whole window
-    assert len(events) == 10 and stream_updates(conn, sid) == []
+    assert len(messages_of(events)) == 10 and stream_updates(conn, sid) == []
     with pytest.raises(H2ProtocolError, match="flow-control window"):
         conn.receive(frame(DATA, 0, sid, message))  # one byte past it is the server's fault
     conn, sid = opened(stream_window=1000, connection_window=100_000)
     conn.receive(frame(DATA, 0, sid, message * 10))
     conn.consumed(sid, 1000)
     assert stream_updates(conn, sid) == [1000]
-    assert len(conn.receive(frame(DATA, 0, sid, message * 10))) == 10  # the window reopened
+    assert len(messages_of(conn.receive(frame(DATA, 0, sid, message * 10)))) == 10  # reopened
 
 
 def test_padding_is_credited_without_consumption() -> None:
@@ -328,8 +333,8 @@ def run_stream(
         data = server.send()
         assert data or unread, "deadlock: the server is blocked and the reader has read all"
         for kind, _, value in conn.receive(data):
-            if kind == MESSAGE:
-                unread.append(value)  # type: ignore[arg-type]
+            if kind == MESSAGES:
+                unread += value  # type: ignore[arg-type]
             ended = ended or kind == END
         stream = conn.streams.get(sid)
         if stream is not None:  # what the gateway holds: never more than one window (+ the
@@ -373,7 +378,7 @@ def test_an_overdraft_is_paid_back_by_the_big_message() -> None:
     conn.receive(frame(DATA, 0, sid, big[:1000]))  # the window is spent, the message unfinished
     [grant] = stream_updates(conn, sid)
     assert grant == len(big) - 1000  # admit exactly the rest of it, in one frame
-    [(_, _, payload)] = conn.receive(frame(DATA, 0, sid, big[1000:]))
+    [payload] = messages_of(conn.receive(frame(DATA, 0, sid, big[1000:])))
     assert len(payload) == 4_000 and stream_updates(conn, sid) == []
     conn.consumed(sid, len(big))  # repays the overdraft: the window is back to 1000
     assert stream_updates(conn, sid) == [1000]
@@ -422,7 +427,7 @@ def test_continuation_and_padding() -> None:
     data += frame(DATA, FLAG_PADDED, sid, padded)
     events = conn.receive(data)
     assert events == [(HEADERS, sid, [(":status", "200"), ("x-long", "v" * 100)]),
-                      (MESSAGE, sid, b"hello")]  # fmt: skip
+                      (MESSAGES, sid, [b"hello"])]  # fmt: skip
 
 
 def test_goaway_and_stream_limit_stop_new_streams() -> None:
@@ -480,15 +485,17 @@ def a_mixed_stream(sid: int) -> bytes:
 def test_one_message_frames_and_the_rest_are_chunk_invariant(how: str) -> None:
     conn, sid = opened()
     events = feed(conn, a_mixed_stream(sid), how, seed=3)
-    assert [e[2] for e in events if e[0] == MESSAGE] == MIXED
-    assert all(type(e[2]) is bytes for e in events if e[0] == MESSAGE)
+    assert messages_of(events) == MIXED
+    assert all(type(m) is bytes for m in messages_of(events))
+    if how == "whole":  # one read: one event for the stream's messages, before its end
+        assert [e[0] for e in events] == [HEADERS, MESSAGES, END]
     assert events[-1] == (END, sid, []) and sid not in conn.streams
 
 
 def test_one_message_frames_count_against_both_windows() -> None:
     conn, sid = opened(stream_window=1000, connection_window=100_000)
     message = frame(DATA, 0, sid, grpc_message(bytes(95)))
-    assert len(conn.receive(message * 10)) == 10  # the stream's whole window
+    assert len(messages_of(conn.receive(message * 10))) == 10  # the stream's whole window
     assert conn.streams[sid].unread == 1000
     with pytest.raises(H2ProtocolError, match="stream 1's flow-control window"):
         conn.receive(message)
@@ -498,11 +505,11 @@ def test_one_message_frames_count_against_both_windows() -> None:
     sids = [conn.start_call(b"", b"") for _ in range(8)]
     conn.data_to_send()
     big = [frame(DATA, 0, s, grpc_message(bytes(16_000))) for s in sids]
-    assert len(conn.receive(b"".join(big[:4]))) == 4
+    assert len(conn.receive(b"".join(big[:4]))) == 4  # (an event a stream)
     updates = [f for f in parse_frames(conn.data_to_send()) if f[0] == WINDOW_UPDATE]
     assert updates == [(WINDOW_UPDATE, 0, 0, (64_020).to_bytes(4, "big"))]  # one a read
     assert len(conn.receive(b"".join(big[4:]))) == 4  # the window was refilled
     conn.data_to_send()
     with pytest.raises(H2ProtocolError, match="connection's flow-control window") as err:
         conn.receive(b"".join(big) + big[0])  # 9 frames: 1 past the 70,000 bytes
-    assert len(err.value.events) == 4  # (4 x 16,005 fit: the 5th hits the window)
+    assert len(messages_of(err.value.events)) == 4  # (4 x 16,005 fit: the 5th hits the window)

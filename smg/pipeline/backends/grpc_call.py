@@ -165,12 +165,18 @@ class LeanCall:
     def _arrived(self, messages: list[bytes]) -> None:
         """The messages one read of the socket brought (ours to keep: the list too); a piped
         call hands them over at once, together (one write)."""
+        size = sum(map(len, messages))
+        sink = self._sink
+        if sink is not None and not self._held and not self._messages:  # (`_deliver`, short)
+            self._conn.credit(self._sid, size + 5 * len(messages))  # type: ignore[union-attr]  # (set)
+            sink.messages(messages, size)
+            return
         if self._messages:
             self._messages += messages
         else:
             self._messages = messages
-        self._size += sum(map(len, messages))
-        if self._sink is not None:
+        self._size += size
+        if sink is not None:
             if not self._held:
                 self._deliver()
             return

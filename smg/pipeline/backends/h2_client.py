@@ -116,9 +116,10 @@ class ClientConnection(SendSide):
         # own method: one call a read per stream, not two)
         self.consumed: Callable[[int, int], None] = self.credit.consumed
         self.next_stream_id = 1
-        self.recv_window = max(connection_window, DEFAULT_WINDOW)  # the server's, for its DATA
-        self._unacked = 0  # DATA bytes received since our last connection WINDOW_UPDATE
-        self._ack_at = connection_window // 2  # ... sent once this many are due
+        # the server's window for its DATA; what it took since our last connection WINDOW_UPDATE
+        # is the rest of `_full_window`, given back once that is half the connection window
+        self.recv_window = self._full_window = max(connection_window, DEFAULT_WINDOW)
+        self._update_at = self._full_window - connection_window // 2
         self.max_message_bytes = self.credit.max_message_bytes  # (the credit's: what fits)
         self._in = bytearray()
         self._boxes: dict[int, list[bytes]] = {}  # (see `receive`)
@@ -190,18 +191,17 @@ class ClientConnection(SendSide):
         if buf:
             buf += data
             view: bytes | bytearray = buf
+            copy = True  # a bytearray's slice is one: make the message bytes
         else:
             view = data
-        copy = type(view) is not bytes  # a bytearray's slice is one: make the message bytes
+            copy = False
         pos, end = 0, len(view)
         boxes = self._boxes = {}  # the MESSAGES event's list of each stream, in this read
-        blocks = self.header_blocks
-        in_block = blocks.sid  # (only a control frame changes it)
+        in_block = self.header_blocks.sid  # (only a control frame changes it)
         streams, limit = self.streams, self.max_message_bytes
         # the connection window, counted per frame in a local, written back once a read (our
         # WINDOW_UPDATE leaves after the read: the server cannot count on it within the read)
         window = self.recv_window
-        received = 0
         try:  # (one function, not a wrapper and its loop: a call less per read)
             while True:
                 if end - pos >= 14:  # the frame head and, for DATA, its first message's prefix
@@ -229,7 +229,6 @@ class ClientConnection(SendSide):
                         raise H2ProtocolError(
                             "DATA beyond the connection's flow-control window", ERROR_FLOW_CONTROL
                         )
-                    received += length
                     stream = streams.get(sid)  # (None too for a reserved bit or stream 0)
                     # the common frame: one whole message, unpadded, nothing buffered before it
                     if (
@@ -258,21 +257,18 @@ class ClientConnection(SendSide):
                 else:
                     payload = bytes(view[start:pos])
                     self._on_control(kind, sid & 0x7FFFFFFF, flags, payload, events)
-                    in_block = blocks.sid
+                    in_block = self.header_blocks.sid
         except H2ProtocolError as exc:
             self.recv_window = window
             exc.events = events
             self.goaway = True  # and our GOAWAY says why (the server opens no streams: last 0)
             self.out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + exc.code.to_bytes(4, "big")))
             raise
-        if received:
-            unacked = self._unacked + received
-            if unacked >= self._ack_at:
-                self.out.append(frame(WINDOW_UPDATE, 0, 0, unacked.to_bytes(4, "big")))
-                window += unacked
-                unacked = 0
-            self._unacked = unacked
-            self.recv_window = window
+        if window <= self._update_at:
+            due = self._full_window - window
+            self.out.append(frame(WINDOW_UPDATE, 0, 0, due.to_bytes(4, "big")))
+            window += due
+        self.recv_window = window
         if pos < end:
             self._in = bytearray(view[pos:])
         elif buf:

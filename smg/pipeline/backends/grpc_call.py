@@ -165,7 +165,7 @@ class LeanCall:
     def _arrived(self, messages: list[bytes]) -> None:
         """The messages one read of the socket brought (ours to keep: the list too); a piped
         call hands them over at once, together (one write)."""
-        size = sum(map(len, messages))
+        size = len(messages[0]) if len(messages) == 1 else sum(map(len, messages))
         sink = self._sink
         if sink is not None and not self._held and not self._messages:  # (`_deliver`, short)
             self._conn.credit(self._sid, size + 5 * len(messages))  # type: ignore[union-attr]  # (set)

@@ -122,7 +122,7 @@ class ClientConnection(SendSide):
         self._update_at = self._full_window - connection_window // 2
         self.max_message_bytes = self.credit.max_message_bytes  # (the credit's: what fits)
         self._in = bytearray()
-        self._boxes: dict[int, list[bytes]] = {}  # (see `receive`)
+        self._reads = 0  # calls of `receive`: whose MESSAGES list a stream's `box` is
         settings = (
             (SETTINGS_ENABLE_PUSH, 0),
             (SETTINGS_INITIAL_WINDOW_SIZE, stream_window),
@@ -196,7 +196,7 @@ class ClientConnection(SendSide):
             view = data
             copy = False
         pos, end = 0, len(view)
-        boxes = self._boxes = {}  # the MESSAGES event's list of each stream, in this read
+        read = self._reads = self._reads + 1
         in_block = self.header_blocks.sid  # (only a control frame changes it)
         streams, limit = self.streams, self.max_message_bytes
         # the connection window, counted per frame in a local, written back once a read (our
@@ -247,11 +247,14 @@ class ClientConnection(SendSide):
                             )
                         stream.unread += length
                         message = view[start + 5 : pos]
-                        box = boxes.get(sid)
-                        if box is None:
-                            box = boxes[sid] = []
-                            events.append((MESSAGES, sid, box))
-                        box.append(bytes(message) if copy else message)  # type: ignore[arg-type]
+                        if copy:
+                            message = bytes(message)
+                        if stream.box_read == read:  # this read's MESSAGES list: one event
+                            stream.box.append(message)  # type: ignore[arg-type]
+                        else:
+                            stream.box_read = read
+                            stream.box = [message]  # type: ignore[list-item]
+                            events.append((MESSAGES, sid, stream.box))
                     else:
                         self._on_data(sid & 0x7FFFFFFF, flags, view, start, pos, events)
                 else:
@@ -311,7 +314,6 @@ class ClientConnection(SendSide):
         first = pos
         copy = type(data) is not bytes  # a bytearray's slice is one: make the message bytes
         limit = self.max_message_bytes
-        box = self._boxes.get(sid)
         while end - pos >= 5:
             compressed, n = _message_head(data, pos)
             if compressed:
@@ -323,10 +325,11 @@ class ClientConnection(SendSide):
             if end - pos - 5 < n:
                 break
             message = data[pos + 5 : pos + 5 + n]
-            if box is None:
-                box = self._boxes[sid] = []
-                events.append((MESSAGES, sid, box))
-            box.append(bytes(message) if copy else message)  # type: ignore[arg-type]
+            if stream.box_read != self._reads:  # (see `receive`)
+                stream.box_read = self._reads
+                stream.box = []
+                events.append((MESSAGES, sid, stream.box))
+            stream.box.append(bytes(message) if copy else message)  # type: ignore[arg-type]
             pos += 5 + n
         stream.unread += pos - first
         if pos < end:

@@ -33,6 +33,8 @@ class _Stream:
     consumed: int = 0  # consumed (or padding) bytes not yet credited back: the batch
     overdraft: int = 0  # credit granted beyond the window to admit one big message
     got_headers: bool = False
+    box: list[bytes] = field(default_factory=list)  # the messages handed out in read `box_read`
+    box_read: int = 0  # (the list of the MESSAGES event of that read of the connection)
     # invariant: recv_window + len(buf) + unread + consumed == stream window + overdraft
 
 

@@ -513,3 +513,18 @@ def test_one_message_frames_count_against_both_windows() -> None:
     with pytest.raises(H2ProtocolError, match="connection's flow-control window") as err:
         conn.receive(b"".join(big) + big[0])  # 9 frames: 1 past the 70,000 bytes
     assert len(messages_of(err.value.events)) == 4  # (4 x 16,005 fit: the 5th hits the window)
+
+
+def test_a_read_hands_each_stream_its_messages_in_one_event() -> None:
+    conn = ClientConnection()
+    a, b = conn.start_call(b"", b""), conn.start_call(b"", b"")
+    one = [
+        frame(DATA, 0, sid, grpc_message(b"%d-%d" % (sid, i))) for i in range(3) for sid in (a, b)
+    ]
+    split = grpc_message(b"split")  # b's last message over two frames, through the general path
+    data = b"".join(one) + frame(DATA, 0, b, split[:3]) + frame(DATA, 0, b, split[3:])
+    assert conn.receive(data) == [
+        (MESSAGES, a, [b"1-0", b"1-1", b"1-2"]),
+        (MESSAGES, b, [b"3-0", b"3-1", b"3-2", b"split"]),
+    ]
+    assert conn.receive(one[1]) == [(MESSAGES, b, [b"3-0"])]  # the next read: a new list

@@ -6,12 +6,13 @@ server-streaming calls), reassembles the length-prefixed gRPC messages of each s
 answers the connection-level duties itself (SETTINGS and their ACK, PING ACK, flow control in
 both directions, GOAWAY). No server push, no priorities, no compression.
 
-The parts: `h2_send` (our frames, the send windows), `h2_flow` (receive flow control: credit on
-consumption, with an overdraft budget for messages bigger than the window), `h2_headers`
-(header blocks and HPACK). The engine is not trusted (issue 10, finding 16): whatever it sends,
-what we hold stays bounded (header blocks, owed control frames, messages and overdrafts), and
-protocol errors follow RFC 9113: a connection error queues a GOAWAY with its code and raises
-`H2ProtocolError`; a stream error resets that stream (STREAM_ERROR) and the others go on.
+The parts: `h2_send` (our frames, the send windows), `h2_data` (streams, the general DATA path),
+`h2_flow` (receive flow control: credit on consumption, with an overdraft budget for messages
+bigger than the window), `h2_headers` (header blocks and HPACK). The engine is not trusted
+(issue 10, finding 16): whatever it sends, what we hold stays bounded (header blocks, owed
+control frames, messages and overdrafts), and protocol errors follow RFC 9113: a connection error
+queues a GOAWAY with its code and raises `H2ProtocolError`; a stream error resets that stream
+(STREAM_ERROR) and the others go on.
 
 Events are plain tuples, one per stream and read of the socket on the hot path:
     (MESSAGES, stream_id, payloads)   the whole gRPC messages (without their 5-byte prefixes)
@@ -31,6 +32,17 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from smg.pipeline.backends.h2_data import (
+    END,
+    GOAWAY,
+    HEADERS,
+    MESSAGES,
+    PING_ACK,
+    RESET,
+    STREAM_ERROR,
+    Event,
+    StreamSide,
+)
 from smg.pipeline.backends.h2_flow import StreamCredit, _Stream
 from smg.pipeline.backends.h2_frames import (
     CONTINUATION,
@@ -42,7 +54,6 @@ from smg.pipeline.backends.h2_frames import (
     ERROR_FRAME_SIZE,
     FLAG_ACK,
     FLAG_END_STREAM,
-    FLAG_PADDED,
     GOAWAY_FRAME,
     HEADERS_FRAME,
     MAX_STREAM_ID,
@@ -59,22 +70,27 @@ from smg.pipeline.backends.h2_frames import (
     frame,
 )
 from smg.pipeline.backends.h2_headers import MAX_HEADER_LIST_BYTES, HeaderBlocks, Headers
-from smg.pipeline.backends.h2_send import SendSide
 
-__all__ = ["ClientConnection", "Event", "H2ProtocolError"]
-
-MESSAGES, HEADERS, END, RESET, GOAWAY, PING_ACK, STREAM_ERROR = range(7)
+__all__ = [
+    "END",
+    "GOAWAY",
+    "HEADERS",
+    "MESSAGES",
+    "PING_ACK",
+    "RESET",
+    "STREAM_ERROR",
+    "ClientConnection",
+    "Event",
+    "H2ProtocolError",
+]
 
 # a frame's 9-byte head: its length (24 bits: high byte, low 16), type, flags, stream id (with
 # the reserved bit); a gRPC message's 5-byte prefix: compressed flag, length
 _frame_head = struct.Struct(">BHBBL").unpack_from
-_message_head = struct.Struct(">BL").unpack_from
 _data_head = struct.Struct(">BHBBLBL").unpack_from  # the two at once, for a DATA frame
 
-Event = tuple[int, int, object]
 
-
-class ClientConnection(SendSide):
+class ClientConnection(StreamSide):
     """One HTTP/2 connection, client side, as a state machine.
 
     `stream_window` bounds what one stream's server may send ahead of the caller's reading (plus,
@@ -122,7 +138,7 @@ class ClientConnection(SendSide):
         self._update_at = self._full_window - connection_window // 2
         self.max_message_bytes = self.credit.max_message_bytes  # (the credit's: what fits)
         self._in = bytearray()
-        self._reads = 0  # calls of `receive`: whose MESSAGES list a stream's `box` is
+        self._reads = 0  # (see `StreamSide`)
         settings = (
             (SETTINGS_ENABLE_PUSH, 0),
             (SETTINGS_INITIAL_WINDOW_SIZE, stream_window),
@@ -162,27 +178,6 @@ class ClientConnection(SendSide):
         """RST_STREAM(CANCEL) for a stream we no longer want; later frames for it are dropped."""
         if self._close_stream(stream_id) is not None:
             self.out.append(frame(RST_STREAM, 0, stream_id, ERROR_CANCEL.to_bytes(4, "big")))
-
-    # --- streams ---------------------------------------------------------------------------------
-    def _close_stream(self, sid: int) -> _Stream | None:
-        stream = self.streams.pop(sid, None)
-        if stream is not None:
-            self._blocked.pop(sid, None)
-            self.credit.closed(sid, stream)
-        return stream
-
-    def _stream_error(
-        self, sid: int, code: int, detail: str, events: list[Event], status: str = "INTERNAL"
-    ) -> None:
-        """RFC 9113 stream error: reset the stream, tell the caller why, go on with the rest."""
-        if self._close_stream(sid) is not None:
-            self._owe(frame(RST_STREAM, 0, sid, code.to_bytes(4, "big")))
-            events.append((STREAM_ERROR, sid, (status, detail)))
-
-    def _check_opened(self, sid: int, what: str) -> None:
-        """Frames on a stream we never opened (idle, or even: a push) are a connection error."""
-        if not sid & 1 or sid >= self.next_stream_id:
-            raise H2ProtocolError(f"{what} on stream {sid}, which we never opened")
 
     # --- receiving -----------------------------------------------------------------------------
     def receive(self, data: bytes) -> list[Event]:
@@ -277,74 +272,6 @@ class ClientConnection(SendSide):
         elif buf:
             self._in = bytearray()
         return events
-
-    def _on_data(  # any other DATA frame (the connection window counted): view[start:end]
-        self, sid: int, flags: int, view: bytes | bytearray, start: int, end: int, events: list
-    ) -> None:
-        if sid == 0:
-            raise H2ProtocolError("DATA on stream 0")
-        size = end - start
-        pad = 0  # padding: counted, nothing for the caller to take
-        if flags & FLAG_PADDED:
-            if not size or view[start] >= size:
-                raise H2ProtocolError("bad DATA padding")
-            pad = view[start] + 1
-            end -= view[start]
-            start += 1
-        stream = self.streams.get(sid)
-        if stream is None:
-            self._check_opened(sid, "DATA")
-            return  # a stream we cancelled: its bytes still counted for the connection
-        stream.recv_window -= size
-        if stream.recv_window < 0:
-            raise H2ProtocolError(
-                f"DATA beyond stream {sid}'s flow-control window", ERROR_FLOW_CONTROL
-            )
-        if pad:
-            stream.consumed += pad
-        buf = stream.buf
-        if buf:
-            buf += view[start:end]
-            data: bytes | bytearray = buf
-            pos = 0
-            end = len(buf)
-        else:
-            data = view
-            pos = start
-        first = pos
-        copy = type(data) is not bytes  # a bytearray's slice is one: make the message bytes
-        limit = self.max_message_bytes
-        while end - pos >= 5:
-            compressed, n = _message_head(data, pos)
-            if compressed:
-                raise H2ProtocolError("a compressed gRPC message (none was negotiated)")
-            if n > limit:
-                detail = f"a {n}-byte response message exceeds the {limit}-byte limit"
-                self._stream_error(sid, ERROR_CANCEL, detail, events, "RESOURCE_EXHAUSTED")
-                return
-            if end - pos - 5 < n:
-                break
-            message = data[pos + 5 : pos + 5 + n]
-            if stream.box_read != self._reads:  # (see `receive`)
-                stream.box_read = self._reads
-                stream.box = []
-                events.append((MESSAGES, sid, stream.box))
-            stream.box.append(bytes(message) if copy else message)  # type: ignore[arg-type]
-            pos += 5 + n
-        stream.unread += pos - first
-        if pos < end:
-            if data is buf:
-                del buf[:pos]  # in place: a message spread over many frames stays linear
-            else:
-                stream.buf = bytearray(data[pos:end])
-        elif buf:
-            stream.buf = bytearray()
-        if flags & FLAG_END_STREAM:
-            self._close_stream(sid)
-            events.append((END, sid, []))  # no trailers: the caller decides what that means
-            return
-        if pos == first or pad:  # (messages handed out: consuming them settles the credit)
-            self.credit.update(sid, stream)
 
     def _on_control(
         self, kind: int, sid: int, flags: int, payload: bytes, events: list[Event]

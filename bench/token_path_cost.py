@@ -31,7 +31,7 @@ def _stages(n: int) -> dict[str, Callable[[], float]]:
 
     from smg.pipeline.backends import hpack
     from smg.pipeline.backends.grpc_replies import ResponseNormaliser
-    from smg.pipeline.backends.h2_client import MESSAGE, ClientConnection
+    from smg.pipeline.backends.h2_client import MESSAGES, ClientConnection
     from smg.pipeline.backends.h2_frames import DATA, FLAG_END_HEADERS, HEADERS_FRAME, frame
     from smg.pipeline.choice import OutputSpec
     from smg.pipeline.output import OutputShaper
@@ -52,7 +52,7 @@ def _stages(n: int) -> dict[str, Callable[[], float]]:
         conn.receive(frame(HEADERS_FRAME, FLAG_END_HEADERS, sid, status))
         data = frame(DATA, 0, sid, grpc_msg)
         receive, consumed, size = conn.receive, conn.consumed, len(grpc_msg)
-        assert receive(data) == [(MESSAGE, sid, msg)]  # the frame is what the stage measures
+        assert receive(data) == [(MESSAGES, sid, [msg])]  # the frame is what the stage measures
         consumed(sid, size)
         t = time.perf_counter()
         for _ in range(n):

@@ -43,6 +43,7 @@ PURE = [
     ROOT / "pipeline" / "backends" / "grpc_requests.py",
     ROOT / "pipeline" / "backends" / "grpc_replies.py",
     ROOT / "pipeline" / "backends" / "h2_client.py",
+    ROOT / "pipeline" / "backends" / "h2_data.py",
     ROOT / "pipeline" / "backends" / "h2_frames.py",
     ROOT / "pipeline" / "backends" / "h2_flow.py",
     ROOT / "pipeline" / "backends" / "h2_headers.py",

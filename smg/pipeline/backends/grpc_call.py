@@ -1,6 +1,6 @@
 """One call of the lean gRPC data path (`grpc_lean`): the messages a server-streaming call has
 received, in arrival order, then its status; what its reader (`read_batch`) and its connection
-(`_message`, `_end`) see of it. The connection it runs on is a `CallHost`: the call gives back
+(`_arrived`, `_end`) see of it. The connection it runs on is a `CallHost`: the call gives back
 flow-control credit for what was read and resets its stream when cancelled or past its deadline.
 
 A call is read in one of two ways. `read_batch` (a task awaits each batch) or, once `pipe` is
@@ -29,8 +29,6 @@ class CallHost(Protocol):
     def flush_soon(self) -> None: ...
     def cancel_stream(self, sid: int) -> None: ...
 
-    due_calls: list[LeanCall]  # piped calls with messages to hand over at the end of this read
-
 
 class CallSink(Protocol):
     """Who reads a piped call (see the module doc)."""
@@ -45,7 +43,6 @@ class LeanCall:
     __slots__ = (
         "_conn",
         "_details",
-        "_due",
         "_held",
         "_loop",
         "_messages",
@@ -72,7 +69,6 @@ class LeanCall:
         self._timer: asyncio.TimerHandle | None = None
         self._sink: CallSink | None = None  # piped: who gets the messages and the end
         self._held = False  # piped, and the sink wants nothing for now
-        self._due = False  # piped, and on the connection's list to deliver after this read
         self._told = False  # piped, and the sink was told the end
 
     def done(self) -> bool:
@@ -134,7 +130,6 @@ class LeanCall:
 
     def _deliver(self) -> None:
         """(piped) What has arrived to the sink, then the end once the call is over."""
-        self._due = False
         sink = self._sink
         if sink is None or self._held:
             return
@@ -167,13 +162,23 @@ class LeanCall:
             self._end("CANCELLED", "cancelled by the gateway")
 
     # --- fed by the connection ---------------------------------------------------------------
-    def _message(self, payload: bytes) -> None:
-        self._messages.append(payload)
-        self._size += len(payload)
-        if self._sink is not None:
-            if not self._due and not self._held and self._conn is not None:
-                self._due = True
-                self._conn.due_calls.append(self)  # the connection delivers after this read
+    def _arrived(self, messages: list[bytes]) -> None:
+        """The messages one read of the socket brought (ours to keep: the list too); a piped
+        call hands them over at once, together (one write)."""
+        size = len(messages[0]) if len(messages) == 1 else sum(map(len, messages))
+        sink = self._sink
+        if sink is not None and not self._held and not self._messages:  # (`_deliver`, short)
+            self._conn.credit(self._sid, size + 5 * len(messages))  # type: ignore[union-attr]  # (set)
+            sink.messages(messages, size)
+            return
+        if self._messages:
+            self._messages += messages
+        else:
+            self._messages = messages
+        self._size += size
+        if sink is not None:
+            if not self._held:
+                self._deliver()
             return
         waiter = self._waiter
         if waiter is not None and not waiter.done():

@@ -39,7 +39,7 @@ from smg.pipeline.backends.h2_client import (
     END,
     GOAWAY,
     HEADERS,
-    MESSAGE,
+    MESSAGES,
     PING_ACK,
     RESET,
     STREAM_ERROR,
@@ -72,7 +72,6 @@ class _Connection(asyncio.Protocol):
         # a call took messages (`LeanCall._take`): the core's credit, written by `flush_soon`
         # or at the end of the read that delivered them
         self.credit = self.core.consumed
-        self.due_calls: list[LeanCall] = []  # piped calls that got messages in this read
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.refused = ""  # why the connection was given up before it started (TLS without h2)
@@ -119,17 +118,13 @@ class _Connection(asyncio.Protocol):
         except H2ProtocolError as exc:
             events, failure = exc.events, exc  # what came before the error is good
         calls = self.calls
-        for kind, sid, value in events:  # (a message, most of them: handled here)
-            if kind == MESSAGE:
+        for kind, sid, value in events:  # (a call's messages, most of them: handled here)
+            if kind == MESSAGES:
                 call = calls.get(sid)
                 if call is not None:
-                    call._message(value)  # type: ignore[arg-type]
+                    call._arrived(value)  # type: ignore[arg-type]
             else:
                 self._on_event(kind, sid, value)
-        if self.due_calls:  # piped calls get the messages of one read together (one write)
-            due, self.due_calls = self.due_calls, []
-            for call in due:
-                call._deliver()
         if failure is not None:
             self._fail_all("INTERNAL", f"HTTP/2 protocol error from the engine: {failure}")
             self._write_paused = False

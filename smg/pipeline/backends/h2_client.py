@@ -6,15 +6,17 @@ server-streaming calls), reassembles the length-prefixed gRPC messages of each s
 answers the connection-level duties itself (SETTINGS and their ACK, PING ACK, flow control in
 both directions, GOAWAY). No server push, no priorities, no compression.
 
-The parts: `h2_send` (our frames, the send windows), `h2_flow` (receive flow control: credit on
-consumption, with an overdraft budget for messages bigger than the window), `h2_headers`
-(header blocks and HPACK). The engine is not trusted (issue 10, finding 16): whatever it sends,
-what we hold stays bounded (header blocks, owed control frames, messages and overdrafts), and
-protocol errors follow RFC 9113: a connection error queues a GOAWAY with its code and raises
-`H2ProtocolError`; a stream error resets that stream (STREAM_ERROR) and the others go on.
+The parts: `h2_send` (our frames, the send windows), `h2_data` (streams, the general DATA path),
+`h2_flow` (receive flow control: credit on consumption, with an overdraft budget for messages
+bigger than the window), `h2_headers` (header blocks and HPACK). The engine is not trusted
+(issue 10, finding 16): whatever it sends, what we hold stays bounded (header blocks, owed
+control frames, messages and overdrafts), and protocol errors follow RFC 9113: a connection error
+queues a GOAWAY with its code and raises `H2ProtocolError`; a stream error resets that stream
+(STREAM_ERROR) and the others go on.
 
-Events are plain tuples, built per gRPC message on the hot path:
-    (MESSAGE, stream_id, payload)     one whole gRPC message (without its 5-byte prefix)
+Events are plain tuples, one per stream and read of the socket on the hot path:
+    (MESSAGES, stream_id, payloads)   the whole gRPC messages (without their 5-byte prefixes)
+                                      this read brought for the stream, in order (a list)
     (HEADERS, stream_id, headers)     the response headers
     (END, stream_id, trailers)        the stream ended; trailers (a list, maybe empty)
     (RESET, stream_id, error_code)    the server reset the stream
@@ -30,6 +32,17 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from smg.pipeline.backends.h2_data import (
+    END,
+    GOAWAY,
+    HEADERS,
+    MESSAGES,
+    PING_ACK,
+    RESET,
+    STREAM_ERROR,
+    Event,
+    StreamSide,
+)
 from smg.pipeline.backends.h2_flow import StreamCredit, _Stream
 from smg.pipeline.backends.h2_frames import (
     CONTINUATION,
@@ -41,7 +54,6 @@ from smg.pipeline.backends.h2_frames import (
     ERROR_FRAME_SIZE,
     FLAG_ACK,
     FLAG_END_STREAM,
-    FLAG_PADDED,
     GOAWAY_FRAME,
     HEADERS_FRAME,
     MAX_STREAM_ID,
@@ -52,29 +64,33 @@ from smg.pipeline.backends.h2_frames import (
     SETTINGS,
     SETTINGS_ENABLE_PUSH,
     SETTINGS_INITIAL_WINDOW_SIZE,
-    SETTINGS_MAX_CONCURRENT_STREAMS,
-    SETTINGS_MAX_FRAME_SIZE,
     SETTINGS_MAX_HEADER_LIST_SIZE,
     WINDOW_UPDATE,
     H2ProtocolError,
     frame,
 )
 from smg.pipeline.backends.h2_headers import MAX_HEADER_LIST_BYTES, HeaderBlocks, Headers
-from smg.pipeline.backends.h2_send import SendSide
 
-__all__ = ["ClientConnection", "Event", "H2ProtocolError"]
-
-MESSAGE, HEADERS, END, RESET, GOAWAY, PING_ACK, STREAM_ERROR = range(7)
+__all__ = [
+    "END",
+    "GOAWAY",
+    "HEADERS",
+    "MESSAGES",
+    "PING_ACK",
+    "RESET",
+    "STREAM_ERROR",
+    "ClientConnection",
+    "Event",
+    "H2ProtocolError",
+]
 
 # a frame's 9-byte head: its length (24 bits: high byte, low 16), type, flags, stream id (with
 # the reserved bit); a gRPC message's 5-byte prefix: compressed flag, length
 _frame_head = struct.Struct(">BHBBL").unpack_from
-_message_head = struct.Struct(">BL").unpack_from
-
-Event = tuple[int, int, object]
+_data_head = struct.Struct(">BHBBLBL").unpack_from  # the two at once, for a DATA frame
 
 
-class ClientConnection(SendSide):
+class ClientConnection(StreamSide):
     """One HTTP/2 connection, client side, as a state machine.
 
     `stream_window` bounds what one stream's server may send ahead of the caller's reading (plus,
@@ -116,12 +132,13 @@ class ClientConnection(SendSide):
         # own method: one call a read per stream, not two)
         self.consumed: Callable[[int, int], None] = self.credit.consumed
         self.next_stream_id = 1
-        self.peer_max_streams = MAX_STREAM_ID  # until the server's SETTINGS say otherwise
-        self.recv_window = max(connection_window, DEFAULT_WINDOW)  # the server's, for its DATA
-        self._unacked = 0  # DATA bytes received since our last connection WINDOW_UPDATE
-        self._ack_at = connection_window // 2  # ... sent once this many are due
+        # the server's window for its DATA; what it took since our last connection WINDOW_UPDATE
+        # is the rest of `_full_window`, given back once that is half the connection window
+        self.recv_window = self._full_window = max(connection_window, DEFAULT_WINDOW)
+        self._update_at = self._full_window - connection_window // 2
         self.max_message_bytes = self.credit.max_message_bytes  # (the credit's: what fits)
         self._in = bytearray()
+        self._reads = 0  # (see `StreamSide`)
         settings = (
             (SETTINGS_ENABLE_PUSH, 0),
             (SETTINGS_INITIAL_WINDOW_SIZE, stream_window),
@@ -162,27 +179,6 @@ class ClientConnection(SendSide):
         if self._close_stream(stream_id) is not None:
             self.out.append(frame(RST_STREAM, 0, stream_id, ERROR_CANCEL.to_bytes(4, "big")))
 
-    # --- streams ---------------------------------------------------------------------------------
-    def _close_stream(self, sid: int) -> _Stream | None:
-        stream = self.streams.pop(sid, None)
-        if stream is not None:
-            self._blocked.pop(sid, None)
-            self.credit.closed(sid, stream)
-        return stream
-
-    def _stream_error(
-        self, sid: int, code: int, detail: str, events: list[Event], status: str = "INTERNAL"
-    ) -> None:
-        """RFC 9113 stream error: reset the stream, tell the caller why, go on with the rest."""
-        if self._close_stream(sid) is not None:
-            self._owe(frame(RST_STREAM, 0, sid, code.to_bytes(4, "big")))
-            events.append((STREAM_ERROR, sid, (status, detail)))
-
-    def _check_opened(self, sid: int, what: str) -> None:
-        """Frames on a stream we never opened (idle, or even: a push) are a connection error."""
-        if not sid & 1 or sid >= self.next_stream_id:
-            raise H2ProtocolError(f"{what} on stream {sid}, which we never opened")
-
     # --- receiving -----------------------------------------------------------------------------
     def receive(self, data: bytes) -> list[Event]:
         events: list[Event] = []
@@ -190,13 +186,26 @@ class ClientConnection(SendSide):
         if buf:
             buf += data
             view: bytes | bytearray = buf
+            copy = True  # a bytearray's slice is one: make the message bytes
         else:
             view = data
+            copy = False
         pos, end = 0, len(view)
-        blocks = self.header_blocks
+        read = self._reads = self._reads + 1
+        in_block = self.header_blocks.sid  # (only a control frame changes it)
+        streams, limit = self.streams, self.max_message_bytes
+        # the connection window, counted per frame in a local, written back once a read (our
+        # WINDOW_UPDATE leaves after the read: the server cannot count on it within the read)
+        window = self.recv_window
         try:  # (one function, not a wrapper and its loop: a call less per read)
-            while end - pos >= 9:
-                high, low, kind, flags, sid = _frame_head(view, pos)  # one call, no slices
+            while True:
+                if end - pos >= 14:  # the frame head and, for DATA, its first message's prefix
+                    high, low, kind, flags, sid, compressed, n = _data_head(view, pos)
+                elif end - pos >= 9:
+                    high, low, kind, flags, sid = _frame_head(view, pos)
+                    compressed = n = -1
+                else:
+                    break
                 length = high << 16 | low
                 if length > DEFAULT_MAX_FRAME:
                     raise H2ProtocolError(
@@ -207,97 +216,62 @@ class ClientConnection(SendSide):
                 if pos > end:
                     pos = start - 9
                     break
-                if blocks.sid and kind != CONTINUATION:
+                if in_block and kind != CONTINUATION:
                     raise H2ProtocolError("a header block was interrupted")
                 if kind == DATA:
-                    self._on_data(sid & 0x7FFFFFFF, flags, view, start, pos, events)
+                    window -= length
+                    if window < 0:
+                        raise H2ProtocolError(
+                            "DATA beyond the connection's flow-control window", ERROR_FLOW_CONTROL
+                        )
+                    stream = streams.get(sid)  # (None too for a reserved bit or stream 0)
+                    # the common frame: one whole message, unpadded, nothing buffered before it
+                    if (
+                        n == length - 5
+                        and not flags
+                        and not compressed
+                        and stream is not None
+                        and not stream.buf
+                        and n <= limit
+                    ):
+                        stream.recv_window -= length
+                        if stream.recv_window < 0:
+                            raise H2ProtocolError(
+                                f"DATA beyond stream {sid}'s flow-control window",
+                                ERROR_FLOW_CONTROL,
+                            )
+                        stream.unread += length
+                        message = view[start + 5 : pos]
+                        if copy:
+                            message = bytes(message)
+                        if stream.box_read == read:  # this read's MESSAGES list: one event
+                            stream.box.append(message)  # type: ignore[arg-type]
+                        else:
+                            stream.box_read = read
+                            stream.box = [message]  # type: ignore[list-item]
+                            events.append((MESSAGES, sid, stream.box))
+                    else:
+                        self._on_data(sid & 0x7FFFFFFF, flags, view, start, pos, events)
                 else:
                     payload = bytes(view[start:pos])
                     self._on_control(kind, sid & 0x7FFFFFFF, flags, payload, events)
+                    in_block = self.header_blocks.sid
         except H2ProtocolError as exc:
+            self.recv_window = window
             exc.events = events
             self.goaway = True  # and our GOAWAY says why (the server opens no streams: last 0)
             self.out.append(frame(GOAWAY_FRAME, 0, 0, bytes(4) + exc.code.to_bytes(4, "big")))
             raise
+        if window <= self._update_at:
+            due = self._full_window - window
+            self.out.append(frame(WINDOW_UPDATE, 0, 0, due.to_bytes(4, "big")))
+            window += due
+        self.recv_window = window
         if pos < end:
             self._in = bytearray(view[pos:])
         elif buf:
             self._in = bytearray()
         return events
-
-    def _on_data(  # a DATA frame: its payload is view[start:end] (each message copied once)
-        self, sid: int, flags: int, view: bytes | bytearray, start: int, end: int, events: list
-    ) -> None:
-        if sid == 0:
-            raise H2ProtocolError("DATA on stream 0")
-        size = end - start
-        self.recv_window -= size
-        if self.recv_window < 0:
-            raise H2ProtocolError(
-                "DATA beyond the connection's flow-control window", ERROR_FLOW_CONTROL
-            )
-        self._unacked += size
-        if self._unacked >= self._ack_at:
-            self.out.append(frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4, "big")))
-            self.recv_window += self._unacked
-            self._unacked = 0
-        pad = 0  # padding: counted, nothing for the caller to take
-        if flags & FLAG_PADDED:
-            if not size or view[start] >= size:
-                raise H2ProtocolError("bad DATA padding")
-            pad = view[start] + 1
-            end -= view[start]
-            start += 1
-        stream = self.streams.get(sid)
-        if stream is None:
-            self._check_opened(sid, "DATA")
-            return  # a stream we cancelled: its bytes still counted for the connection
-        stream.recv_window -= size
-        if stream.recv_window < 0:
-            raise H2ProtocolError(
-                f"DATA beyond stream {sid}'s flow-control window", ERROR_FLOW_CONTROL
-            )
-        if pad:
-            stream.consumed += pad
-        buf = stream.buf
-        if buf:
-            buf += view[start:end]
-            data: bytes | bytearray = buf
-            pos = 0
-            end = len(buf)
-        else:
-            data = view
-            pos = start
-        first = pos
-        copy = type(data) is not bytes  # a bytearray's slice is one: make the message bytes
-        limit = self.max_message_bytes
-        while end - pos >= 5:
-            compressed, n = _message_head(data, pos)
-            if compressed:
-                raise H2ProtocolError("a compressed gRPC message (none was negotiated)")
-            if n > limit:
-                detail = f"a {n}-byte response message exceeds the {limit}-byte limit"
-                self._stream_error(sid, ERROR_CANCEL, detail, events, "RESOURCE_EXHAUSTED")
-                return
-            if end - pos - 5 < n:
-                break
-            message = data[pos + 5 : pos + 5 + n]
-            events.append((MESSAGE, sid, bytes(message) if copy else message))
-            pos += 5 + n
-        stream.unread += pos - first
-        if pos < end:
-            if data is buf:
-                del buf[:pos]  # in place: a message spread over many frames stays linear
-            else:
-                stream.buf = bytearray(data[pos:end])
-        elif buf:
-            stream.buf = bytearray()
-        if flags & FLAG_END_STREAM:
-            self._close_stream(sid)
-            events.append((END, sid, []))  # no trailers: the caller decides what that means
-            return
-        if pos == first or pad:  # (messages handed out: consuming them settles the credit)
-            self.credit.update(sid, stream)
 
     def _on_control(
         self, kind: int, sid: int, flags: int, payload: bytes, events: list[Event]
@@ -367,32 +341,3 @@ class ClientConnection(SendSide):
             raise H2ProtocolError("a second HEADERS without END_STREAM")
         stream.got_headers = True
         events.append((HEADERS, sid, headers))
-
-    def _on_settings(self, sid: int, flags: int, payload: bytes) -> None:
-        if sid != 0:
-            raise H2ProtocolError("SETTINGS on a stream")
-        if flags & FLAG_ACK:
-            if payload:
-                raise H2ProtocolError("a SETTINGS ACK with a payload", ERROR_FRAME_SIZE)
-            return
-        if len(payload) % 6:
-            raise H2ProtocolError("bad SETTINGS", ERROR_FRAME_SIZE)
-        window = None  # applied once per frame, however many entries set it
-        for i in range(0, len(payload), 6):
-            key = int.from_bytes(payload[i : i + 2], "big")
-            value = int.from_bytes(payload[i + 2 : i + 6], "big")
-            if key == SETTINGS_MAX_CONCURRENT_STREAMS:
-                self.peer_max_streams = value
-            elif key == SETTINGS_INITIAL_WINDOW_SIZE:
-                window = value
-            elif key == SETTINGS_MAX_FRAME_SIZE:
-                if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
-                    raise H2ProtocolError("bad SETTINGS_MAX_FRAME_SIZE")
-                self.peer_max_frame = value
-            elif key == SETTINGS_ENABLE_PUSH and value != 0:
-                raise H2ProtocolError("a server may not enable push")
-            # HEADER_TABLE_SIZE: our encoder never indexes; the rest: ignored
-        if window is not None:
-            self._initial_window(window)
-        self._owe(frame(SETTINGS, FLAG_ACK, 0))
-        self._flush_blocked()

@@ -33,6 +33,8 @@ class _Stream:
     consumed: int = 0  # consumed (or padding) bytes not yet credited back: the batch
     overdraft: int = 0  # credit granted beyond the window to admit one big message
     got_headers: bool = False
+    box: list[bytes] = field(default_factory=list)  # the messages handed out in read `box_read`
+    box_read: int = 0  # (the list of the MESSAGES event of that read of the connection)
     # invariant: recv_window + len(buf) + unread + consumed == stream window + overdraft
 
 
@@ -76,11 +78,17 @@ class StreamCredit:
         if stream is None:
             return
         stream.unread -= nbytes
-        repaid = 0
-        if stream.overdraft:  # an admitted big message: its overdraft is paid back first
-            repaid = min(nbytes, stream.overdraft)
-            stream.overdraft -= repaid
-            self.overdraft -= repaid
+        if not stream.overdraft:  # the common case: no call when nothing is due (`update`'s test)
+            stream.consumed += nbytes
+            if stream.consumed < self.half_window and (
+                stream.unread or (not stream.buf and stream.recv_window >= 5)
+            ):
+                return
+            self.update(sid, stream)
+            return
+        repaid = min(nbytes, stream.overdraft)  # an admitted big message's overdraft: paid first
+        stream.overdraft -= repaid
+        self.overdraft -= repaid
         stream.consumed += nbytes - repaid
         self.update(sid, stream)
         if repaid and self._starved:

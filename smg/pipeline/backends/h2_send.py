@@ -1,8 +1,8 @@
 """The sending half of the HTTP/2 client connection (pure; no IO): our frames, the send windows.
 
 `SendSide` queues what the connection has to send (`data_to_send` takes it) and keeps the
-windows the server grants us. `h2_client.ClientConnection` builds on it. Two bounds against an
-engine that is not trusted:
+windows and the settings the server grants us (`_on_settings`). `h2_client.ClientConnection`
+builds on it. Two bounds against an engine that is not trusted:
 
 - Frames we owe the peer (PING and SETTINGS ACKs, stream resets) count until the shell takes the
   queue; past `MAX_OWED_CONTROL_FRAMES` that is the peer's fault (ENHANCE_YOUR_CALM). A shell
@@ -24,15 +24,23 @@ from smg.pipeline.backends.h2_frames import (
     DEFAULT_WINDOW,
     ERROR_ENHANCE_YOUR_CALM,
     ERROR_FLOW_CONTROL,
+    ERROR_FRAME_SIZE,
     ERROR_NO_ERROR,
     ERROR_PROTOCOL,
+    FLAG_ACK,
     FLAG_END_HEADERS,
     FLAG_END_STREAM,
     GOAWAY_FRAME,
     HEADERS_FRAME,
+    MAX_STREAM_ID,
     MAX_WINDOW,
     PING,
     PREFACE,
+    SETTINGS,
+    SETTINGS_ENABLE_PUSH,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    SETTINGS_MAX_FRAME_SIZE,
     H2ProtocolError,
     frame,
 )
@@ -48,6 +56,7 @@ class SendSide:
         self.goaway = False
         self.peer_initial_window = DEFAULT_WINDOW
         self.peer_max_frame = DEFAULT_MAX_FRAME
+        self.peer_max_streams = MAX_STREAM_ID  # until the server's SETTINGS say otherwise
         self.send_window = DEFAULT_WINDOW  # the connection's, for our DATA
         self.out: list[bytes] = [PREFACE]  # frames to send, oldest first (`data_to_send`)
         self._owed = 0  # frames answering the peer, queued since the queue was last taken
@@ -155,3 +164,32 @@ class SendSide:
                         "SETTINGS_INITIAL_WINDOW_SIZE took a stream window past 2^31-1",
                         ERROR_FLOW_CONTROL,
                     )
+
+    def _on_settings(self, sid: int, flags: int, payload: bytes) -> None:
+        if sid != 0:
+            raise H2ProtocolError("SETTINGS on a stream")
+        if flags & FLAG_ACK:
+            if payload:
+                raise H2ProtocolError("a SETTINGS ACK with a payload", ERROR_FRAME_SIZE)
+            return
+        if len(payload) % 6:
+            raise H2ProtocolError("bad SETTINGS", ERROR_FRAME_SIZE)
+        window = None  # applied once per frame, however many entries set it
+        for i in range(0, len(payload), 6):
+            key = int.from_bytes(payload[i : i + 2], "big")
+            value = int.from_bytes(payload[i + 2 : i + 6], "big")
+            if key == SETTINGS_MAX_CONCURRENT_STREAMS:
+                self.peer_max_streams = value
+            elif key == SETTINGS_INITIAL_WINDOW_SIZE:
+                window = value
+            elif key == SETTINGS_MAX_FRAME_SIZE:
+                if not DEFAULT_MAX_FRAME <= value <= 2**24 - 1:
+                    raise H2ProtocolError("bad SETTINGS_MAX_FRAME_SIZE")
+                self.peer_max_frame = value
+            elif key == SETTINGS_ENABLE_PUSH and value != 0:
+                raise H2ProtocolError("a server may not enable push")
+            # HEADER_TABLE_SIZE: our encoder never indexes; the rest: ignored
+        if window is not None:
+            self._initial_window(window)
+        self._owe(frame(SETTINGS, FLAG_ACK, 0))
+        self._flush_blocked()

@@ -225,16 +225,24 @@ def _string(data: bytes, pos: int) -> tuple[str, int]:
     return raw.decode("latin-1"), end
 
 
+MEMO_BLOCKS, MEMO_BLOCK_BYTES = 16, 512  # what a `Decoder` keeps of the blocks it decoded
+
+
 class Decoder:
     """One connection's HPACK decoding state (the peer's dynamic table as we mirror it)."""
 
-    __slots__ = ("_max_size", "_size", "_table", "max_allowed")
+    __slots__ = ("_max_size", "_memo", "_size", "_table", "_version", "max_allowed")
 
     def __init__(self, max_table_size: int = 4096) -> None:
         self.max_allowed = max_table_size  # what our SETTINGS_HEADER_TABLE_SIZE allows
         self._max_size = max_table_size
         self._size = 0
         self._table: deque[tuple[str, str]] = deque()  # newest first
+        # a server sends the same blocks call after call (its response headers, its trailers):
+        # a block that left the table as it was decodes the same while the table stays so
+        # (`_version` counts its changes); a few short ones are kept, by their bytes
+        self._version = 0
+        self._memo: dict[bytes, tuple[int, int | None, tuple[tuple[str, str], ...]]] = {}
 
     def _get(self, index: int) -> tuple[str, str]:
         if 1 <= index <= len(STATIC_TABLE):
@@ -245,6 +253,7 @@ class Decoder:
         raise HpackError(f"header index {index} out of range")
 
     def _add(self, name: str, value: str) -> None:
+        self._version += 1
         size = len(name) + len(value) + 32
         self._table.appendleft((name, value))
         self._size += size
@@ -258,6 +267,10 @@ class Decoder:
     def decode(self, block: bytes, max_list_size: int | None = None) -> list[tuple[str, str]]:
         """The header list of one whole block. With `max_list_size`, raises `HeaderListTooLarge`
         as soon as the fields decoded so far exceed it (name + value + 32 bytes each)."""
+        version = self._version
+        known = self._memo.get(block)
+        if known is not None and known[0] == version and known[1] == max_list_size:
+            return list(known[2])
         headers: list[tuple[str, str]] = []
         budget = (1 << 62) if max_list_size is None else max_list_size
         pos, end = 0, len(block)
@@ -279,6 +292,7 @@ class Decoder:
                     if size > self.max_allowed:
                         raise HpackError(f"table size {size} above the {self.max_allowed} allowed")
                     self._max_size = size
+                    self._version += 1
                     self._evict()
                     continue
                 else:  # literal without indexing (0000) or never indexed (0001)
@@ -296,6 +310,10 @@ class Decoder:
             if budget < 0:
                 raise HeaderListTooLarge(f"a header list above {max_list_size} bytes")
             headers.append(field)
+        if self._version == version and end <= MEMO_BLOCK_BYTES:
+            if len(self._memo) >= MEMO_BLOCKS:
+                self._memo.clear()
+            self._memo[block] = (version, max_list_size, tuple(headers))
         return headers
 
 

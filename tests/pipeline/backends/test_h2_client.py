@@ -15,7 +15,7 @@ from smg.pipeline.backends.h2_client import (
     END,
     GOAWAY,
     HEADERS,
-    MESSAGE,
+    MESSAGES,
     PING_ACK,
     RESET,
     ClientConnection,
@@ -168,6 +168,11 @@ def feed(conn: ClientConnection, data: bytes, how: str, seed: int = 0) -> list[E
     return events
 
 
+def messages_of(events: list[Event]) -> list[bytes]:
+    """The messages in `events`, in order."""
+    return [m for kind, _, box in events if kind == MESSAGES for m in box]  # type: ignore[attr-defined]
+
+
 def opened(**kw: int) -> tuple[ClientConnection, int]:
     conn = ClientConnection(**kw)
     conn.data_to_send()
@@ -193,7 +198,7 @@ def test_a_stream_is_chunk_invariant(how: str) -> None:
     conn, sid = opened()
     events = feed(conn, a_stream(sid), how)
     assert events[0] == (HEADERS, sid, [(":status", "200")])
-    assert [e[2] for e in events if e[0] == MESSAGE] == STREAM_BODY
+    assert messages_of(events) == STREAM_BODY
     assert events[-1] == (END, sid, [("grpc-status", "0"), ("grpc-message", "")])
     assert sid not in conn.streams
     acks = [f for f in parse_frames(conn.data_to_send()) if f[0] == SETTINGS]
@@ -236,7 +241,7 @@ def test_stream_credit_follows_consumption_in_batches() -> None:
     conn, sid = opened(stream_window=1000, connection_window=100_000)
     conn.receive(headers_frame(sid, [(":status", "200")]))
     events = conn.receive(frame(DATA, 0, sid, grpc_message(bytes(295)) * 2))  # 2 x 300 bytes
-    assert [e[0] for e in events] == [MESSAGE, MESSAGE]
+    assert [e[0] for e in events] == [MESSAGES] and len(messages_of(events)) == 2
     assert stream_updates(conn, sid) == []  # received, not consumed: no credit
     conn.consumed(sid, 300)
     assert stream_updates(conn, sid) == []  # 300 < half the window: not worth a frame yet
@@ -251,14 +256,14 @@ def test_a_stalled_reader_stops_the_server_at_the_window() -> None:
     conn.receive(headers_frame(sid, [(":status", "200")]))
     message = grpc_message(bytes(95))
     events = conn.receive(frame(DATA, 0, sid, message * 10))  # the whole window
-    assert len(events) == 10 and stream_updates(conn, sid) == []
+    assert len(messages_of(events)) == 10 and stream_updates(conn, sid) == []
     with pytest.raises(H2ProtocolError, match="flow-control window"):
         conn.receive(frame(DATA, 0, sid, message))  # one byte past it is the server's fault
     conn, sid = opened(stream_window=1000, connection_window=100_000)
     conn.receive(frame(DATA, 0, sid, message * 10))
     conn.consumed(sid, 1000)
     assert stream_updates(conn, sid) == [1000]
-    assert len(conn.receive(frame(DATA, 0, sid, message * 10))) == 10  # the window reopened
+    assert len(messages_of(conn.receive(frame(DATA, 0, sid, message * 10)))) == 10  # reopened
 
 
 def test_padding_is_credited_without_consumption() -> None:
@@ -328,8 +333,8 @@ def run_stream(
         data = server.send()
         assert data or unread, "deadlock: the server is blocked and the reader has read all"
         for kind, _, value in conn.receive(data):
-            if kind == MESSAGE:
-                unread.append(value)  # type: ignore[arg-type]
+            if kind == MESSAGES:
+                unread += value  # type: ignore[arg-type]
             ended = ended or kind == END
         stream = conn.streams.get(sid)
         if stream is not None:  # what the gateway holds: never more than one window (+ the
@@ -373,7 +378,7 @@ def test_an_overdraft_is_paid_back_by_the_big_message() -> None:
     conn.receive(frame(DATA, 0, sid, big[:1000]))  # the window is spent, the message unfinished
     [grant] = stream_updates(conn, sid)
     assert grant == len(big) - 1000  # admit exactly the rest of it, in one frame
-    [(_, _, payload)] = conn.receive(frame(DATA, 0, sid, big[1000:]))
+    [payload] = messages_of(conn.receive(frame(DATA, 0, sid, big[1000:])))
     assert len(payload) == 4_000 and stream_updates(conn, sid) == []
     conn.consumed(sid, len(big))  # repays the overdraft: the window is back to 1000
     assert stream_updates(conn, sid) == [1000]
@@ -422,7 +427,7 @@ def test_continuation_and_padding() -> None:
     data += frame(DATA, FLAG_PADDED, sid, padded)
     events = conn.receive(data)
     assert events == [(HEADERS, sid, [(":status", "200"), ("x-long", "v" * 100)]),
-                      (MESSAGE, sid, b"hello")]  # fmt: skip
+                      (MESSAGES, sid, [b"hello"])]  # fmt: skip
 
 
 def test_goaway_and_stream_limit_stop_new_streams() -> None:
@@ -459,3 +464,67 @@ def test_spent_stream_ids_retire_the_connection() -> None:
     conn.next_stream_id = 2**31 - 1
     conn.start_call(b"", b"")
     assert conn.goaway and not conn.can_open
+
+
+# --- the DATA fast path (one whole unpadded message a frame) and the general path around it ----
+MIXED = [b"a" * 20, b"b", b"two-1", b"two-2", b"split" * 10, b"padded", b"c" * 7, b"last"]
+
+
+def a_mixed_stream(sid: int) -> bytes:
+    one = [grpc_message(m) for m in MIXED]
+    out = headers_frame(sid, [(":status", "200")])
+    out += frame(DATA, 0, sid, one[0]) + frame(DATA, 0, sid, one[1])  # the fast path
+    out += frame(DATA, 0, sid, one[2] + one[3])  # two messages in one frame
+    out += frame(DATA, 0, sid, one[4][:12]) + frame(DATA, 0, sid, one[4][12:])  # one in two
+    out += frame(DATA, FLAG_PADDED, sid, b"\x02" + one[5] + b"\x00\x00")  # padded
+    out += frame(DATA, 0, sid, one[6])  # the fast path again, after the general one
+    return out + frame(DATA, FLAG_END_STREAM, sid, one[7])  # a message and the end
+
+
+@pytest.mark.parametrize("how", ["whole", "bytes", "random"])
+def test_one_message_frames_and_the_rest_are_chunk_invariant(how: str) -> None:
+    conn, sid = opened()
+    events = feed(conn, a_mixed_stream(sid), how, seed=3)
+    assert messages_of(events) == MIXED
+    assert all(type(m) is bytes for m in messages_of(events))
+    if how == "whole":  # one read: one event for the stream's messages, before its end
+        assert [e[0] for e in events] == [HEADERS, MESSAGES, END]
+    assert events[-1] == (END, sid, []) and sid not in conn.streams
+
+
+def test_one_message_frames_count_against_both_windows() -> None:
+    conn, sid = opened(stream_window=1000, connection_window=100_000)
+    message = frame(DATA, 0, sid, grpc_message(bytes(95)))
+    assert len(messages_of(conn.receive(message * 10))) == 10  # the stream's whole window
+    assert conn.streams[sid].unread == 1000
+    with pytest.raises(H2ProtocolError, match="stream 1's flow-control window"):
+        conn.receive(message)
+    # the connection's window: the server may use what we announced, no more, even when a
+    # read would reach our next WINDOW_UPDATE (it leaves after the read)
+    conn = ClientConnection(stream_window=1 << 20, connection_window=70_000)
+    sids = [conn.start_call(b"", b"") for _ in range(8)]
+    conn.data_to_send()
+    big = [frame(DATA, 0, s, grpc_message(bytes(16_000))) for s in sids]
+    assert len(conn.receive(b"".join(big[:4]))) == 4  # (an event a stream)
+    updates = [f for f in parse_frames(conn.data_to_send()) if f[0] == WINDOW_UPDATE]
+    assert updates == [(WINDOW_UPDATE, 0, 0, (64_020).to_bytes(4, "big"))]  # one a read
+    assert len(conn.receive(b"".join(big[4:]))) == 4  # the window was refilled
+    conn.data_to_send()
+    with pytest.raises(H2ProtocolError, match="connection's flow-control window") as err:
+        conn.receive(b"".join(big) + big[0])  # 9 frames: 1 past the 70,000 bytes
+    assert len(messages_of(err.value.events)) == 4  # (4 x 16,005 fit: the 5th hits the window)
+
+
+def test_a_read_hands_each_stream_its_messages_in_one_event() -> None:
+    conn = ClientConnection()
+    a, b = conn.start_call(b"", b""), conn.start_call(b"", b"")
+    one = [
+        frame(DATA, 0, sid, grpc_message(b"%d-%d" % (sid, i))) for i in range(3) for sid in (a, b)
+    ]
+    split = grpc_message(b"split")  # b's last message over two frames, through the general path
+    data = b"".join(one) + frame(DATA, 0, b, split[:3]) + frame(DATA, 0, b, split[3:])
+    assert conn.receive(data) == [
+        (MESSAGES, a, [b"1-0", b"1-1", b"1-2"]),
+        (MESSAGES, b, [b"3-0", b"3-1", b"3-2", b"split"]),
+    ]
+    assert conn.receive(one[1]) == [(MESSAGES, b, [b"3-0"])]  # the next read: a new list

@@ -8,6 +8,7 @@ decode to what was encoded."""
 from __future__ import annotations
 
 import hpack as reference
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.examples import examples
@@ -36,3 +37,23 @@ def test_decodes_what_the_reference_encodes(
         block = encoder.encode([(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers],
                                huffman=huffman)  # fmt: skip
         assert decoder.decode(block, 1 << 20) == headers
+
+
+def test_a_repeated_block_decodes_per_the_table_it_meets() -> None:
+    def literal(text: str) -> bytes:
+        return bytes([len(text)]) + text.encode()
+
+    decoder = hpack.Decoder()
+    newest = bytes([0x80 | 62])  # indexed: the dynamic table's newest entry
+    assert decoder.decode(b"\x40" + literal("x-a") + literal("1")) == [("x-a", "1")]
+    assert decoder.decode(newest) == decoder.decode(newest) == [("x-a", "1")]  # (kept)
+    got = decoder.decode(newest)
+    got.append(("mine", "to change"))  # each decode's list is the caller's
+    assert decoder.decode(newest) == [("x-a", "1")]
+    decoder.decode(b"\x40" + literal("x-a") + literal("2"))  # the table changed ...
+    assert decoder.decode(newest) == [("x-a", "2")]  # ... the same bytes mean what it says now
+    with pytest.raises(hpack.HeaderListTooLarge):
+        decoder.decode(newest, 10)  # a tighter bound is checked, not remembered
+    decoder.decode(b"\x20")  # a table size update to 0: the table is empty
+    with pytest.raises(hpack.HpackError):
+        decoder.decode(newest)

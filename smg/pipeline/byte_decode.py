@@ -83,8 +83,10 @@ class ByteStream:
             data = table[ids]
         else:
             data = b"".join([table[i] for i in ids])  # type: ignore[union-attr]
-        if self._pending:
-            data = self._pending + data
+        pending = self._pending
+        if pending:
+            data = pending + data
+            self._pending = b""
         try:
             text = data.decode()
         except UnicodeDecodeError:
@@ -92,5 +94,4 @@ class ByteStream:
         if text.endswith(REPLACEMENT):  # (a token may also hold a U+FFFD of its own)
             self._pending = data
             return None
-        self._pending = b""
         return text or None

@@ -41,6 +41,7 @@ class OutputShaper:
     ) -> None:
         self.spec = spec
         self.choices = [ChoiceState(i, decode, spec) for i in range(spec.n)]
+        self._by_index = dict(enumerate(self.choices))  # an engine event's choice: one lookup
         self.token_text = token_text or (lambda tid: decode([tid], False))
         self.prompt_tokens = 0
         self.cached_tokens = 0
@@ -76,7 +77,7 @@ class OutputShaper:
         self.all_done = all(c.done for c in self.choices)
 
     def _choice(self, index: int) -> ChoiceState | None:
-        return self.choices[index] if 0 <= index < len(self.choices) else None
+        return self._by_index.get(index)
 
     def _account(self, ev: EngineEvent, state: ChoiceState) -> None:
         self.prompt_tokens = max(self.prompt_tokens, ev.prompt_tokens)
@@ -98,8 +99,8 @@ class OutputShaper:
 
     # --- streaming -------------------------------------------------------------------------------
     def on_event(self, ev: EngineEvent) -> list[bytes]:
-        choices, index = self.choices, ev.index
-        state = choices[index] if 0 <= index < len(choices) else None
+        index = ev.index
+        state = self._by_index.get(index)
         if state is None or state.done:
             return []
         if self._plain_chat and state.started and type(ev) is TokenDelta:
@@ -111,15 +112,19 @@ class OutputShaper:
                 self.cached_tokens = ev.cached_tokens
             if ev.completion_tokens > state.completion_tokens:
                 state.completion_tokens = ev.completion_tokens
-            # (without stop strings the choice's text is its detokenizer's: one call less)
-            text = state.feed(ev.token_ids) if state.stops else state.detok.feed(ev.token_ids)
-            out: list[bytes] = []
+            text = state.text_of(ev.token_ids)
             if text:
                 state.text.append(text)
-                out.append(self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL)
-            if state.done:  # a stop string completed
-                out.append(self._frame(index, None, finish=state))
-                self._ended()
+                frame = self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL
+                if not state.done:
+                    return [frame]
+                out = [frame]
+            elif not state.done:
+                return []
+            else:
+                out = []
+            out.append(self._frame(index, None, finish=state))  # a stop string completed
+            self._ended()
             return out
         if not self._prefix:
             self._streaming()

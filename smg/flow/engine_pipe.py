@@ -52,7 +52,7 @@ class EnginePipe(Piped):
         super().__init__(out)
         self.source = source
         self.renderer = renderer
-        self.probe = probe  # the request's probe (TTFT), if any
+        self.probe = probe  # the request's probe (TTFT), if any, until the first batch
         self._last: list[bytes] = []
 
     def _start(self) -> None:
@@ -70,8 +70,10 @@ class EnginePipe(Piped):
             return
         try:
             probe = self.probe
-            if probe is not None and probe.first_at is None:
-                probe.first_at = probe.now()  # TTFT: the first batch, once per request
+            if probe is not None:  # TTFT: the first batch, once per request
+                self.probe = None
+                if probe.first_at is None:
+                    probe.first_at = probe.now()
             renderer = self.renderer
             if len(batch) == 1:
                 frames = renderer.on_event(batch[0])

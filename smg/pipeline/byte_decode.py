@@ -77,7 +77,9 @@ class ByteStream:
         self._table = table
         self._pending = b""  # the bytes of ids whose text is held back
 
-    def __call__(self, ids: int | list[int]) -> str | None:
+    def step(self, ids: int | list[int]) -> str | None:
+        """(Also the object's call: a bound method is the cheaper call per token, as CPython
+        3.11 inlines it; `__call__` goes through a slot.)"""
         table = self._table
         if type(ids) is int:
             data = table[ids]
@@ -95,3 +97,5 @@ class ByteStream:
             self._pending = data
             return None
         return text or None
+
+    __call__ = step

@@ -12,7 +12,7 @@ is no longer needed: `all_done` tells the caller to cancel it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -99,33 +99,48 @@ class OutputShaper:
 
     # --- streaming -------------------------------------------------------------------------------
     def on_event(self, ev: EngineEvent) -> list[bytes]:
-        index = ev.index
-        state = self._by_index.get(index)
+        state = self._by_index.get(ev.index)
         if state is None or state.done:
             return []
         if self._plain_chat and state.started and type(ev) is TokenDelta:
-            # the per-token common case: chat text without parser or logprobs (started: the
-            # frame heads are made)
-            if ev.prompt_tokens > self.prompt_tokens:
-                self.prompt_tokens = ev.prompt_tokens
-            if ev.cached_tokens > self.cached_tokens:
-                self.cached_tokens = ev.cached_tokens
-            if ev.completion_tokens > state.completion_tokens:
-                state.completion_tokens = ev.completion_tokens
-            text = state.text_of(ev.token_ids)
-            if text:
-                state.text.append(text)
-                frame = self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL
+            return self.on_events((ev,))
+        return self._event(ev, state)
+
+    def on_events(self, batch: Iterable[EngineEvent]) -> list[bytes]:
+        """The frames of events that arrived together, in order, up to the one that ends the
+        last choice (as `on_event` one at a time): the per-token common case, chat text without
+        parser or logprobs, inline (one call a batch, not one an event)."""
+        frames: list[bytes] = []
+        by_index, plain = self._by_index, self._plain_chat
+        for ev in batch:
+            state = by_index.get(ev.index)
+            if state is None or state.done:
+                continue
+            if plain and state.started and type(ev) is TokenDelta:  # (started: heads made)
+                if ev.prompt_tokens > self.prompt_tokens:
+                    self.prompt_tokens = ev.prompt_tokens
+                if ev.cached_tokens > self.cached_tokens:
+                    self.cached_tokens = ev.cached_tokens
+                if ev.completion_tokens > state.completion_tokens:
+                    state.completion_tokens = ev.completion_tokens
+                text = state.text_of(ev.token_ids)
+                if text:
+                    state.text.append(text)
+                    frames.append(
+                        self._content_heads[ev.index] + orjson.dumps(text) + _CONTENT_TAIL
+                    )
                 if not state.done:
-                    return [frame]
-                out = [frame]
-            elif not state.done:
-                return []
+                    continue
+                frames.append(self._frame(ev.index, None, finish=state))  # a stop string ended it
+                self._ended()
             else:
-                out = []
-            out.append(self._frame(index, None, finish=state))  # a stop string completed
-            self._ended()
-            return out
+                frames += self._event(ev, state)
+            if self.all_done:
+                break
+        return frames
+
+    def _event(self, ev: EngineEvent, state: ChoiceState) -> list[bytes]:
+        """One event's frames, any case (`state`: its choice's, not done)."""
         if not self._prefix:
             self._streaming()
         frames: list[bytes] = []

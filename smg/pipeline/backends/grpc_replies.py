@@ -127,10 +127,11 @@ class ResponseNormaliser:
             if stream:
                 ch.delivered.extend(ids)
                 ch.last = ids
-            logprobs = None
             if self._logprobs and c.HasField("output_logprobs"):
-                logprobs = logprobs_from_proto(c.output_logprobs)
-            events.append(TokenDelta(index, ids, prompt, ch.completion, cached, logprobs))
+                lps = logprobs_from_proto(c.output_logprobs)
+                events.append(TokenDelta(index, ids, prompt, ch.completion, cached, lps))
+            else:
+                events.append(TokenDelta(index, ids, prompt, ch.completion, cached))
         return events
 
     def fail(self, error: str) -> list[Finished]:

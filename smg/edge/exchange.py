@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from smg.edge.h1 import Body, End, H1Connection, ProtocolError, RequestHead
-from smg.edge.h1_write import Headers, ResponseWriter
+from smg.edge.h1_write import CHUNK_FRAME, Headers, ResponseWriter
 from smg.errors import ApiError
 
 
@@ -165,14 +165,21 @@ class EdgeResponse:
         """`write` without waiting for the client: whether it takes more now (False: `drain`
         before the next write). A client gone raises ConnectionResetError."""
         conn = self._conn
-        self.sent += len(data)
+        size = len(data)
+        self.sent += size
         transport = conn.transport
         if transport.is_closing():
             raise ConnectionResetError("the client closed the connection")
-        if out := conn.response.body(data):
+        response = conn.response
+        if response.chunking and size and not self._head:
+            # the usual read: framed here (as `ResponseWriter.body` frames it), one call less
+            out = CHUNK_FRAME % (size, data)
+            response.output += len(out)
+            transport.write(out)
+        elif out := response.body(data):
             if self._head:  # held: it goes first
                 self._send(out)
-            else:  # the usual read: no `_send` frame
+            else:
                 transport.write(out)
         return not conn.write_paused
 

@@ -18,6 +18,7 @@ _STATUS_LINES = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) f
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 _BLOCKS: dict[tuple[tuple[bytes, bytes], ...], bytes] = {}  # checked header tuples, rendered
 _BLOCKS_MAX = 256
+CHUNK_FRAME = b"%x\r\n%s\r\n"  # a chunk of a chunked body: `CHUNK_FRAME % (len(data), data)`
 
 
 Headers = list[tuple[bytes, bytes]] | tuple[tuple[bytes, bytes], ...] | bytes
@@ -50,10 +51,10 @@ class ResponseWriter:
 
     __slots__ = (
         "_chunked",
-        "_chunking",
         "_http10",
         "_no_body",
         "_remaining",
+        "chunking",
         "finished",
         "keep_alive",
         "output",
@@ -64,7 +65,9 @@ class ResponseWriter:
         self.keep_alive = request.keep_alive and not closing
         self._no_body = request.method == b"HEAD"
         self._chunked = False
-        self._chunking = False  # a chunked body is open and sent (not HEAD): `body`'s fast path
+        # a chunked body is open and sent (not HEAD): `body`'s fast path, and the edge's
+        # (`EdgeResponse.write_nowait` frames such a chunk itself: `CHUNK_FRAME`)
+        self.chunking = False
         self._remaining: int | None = None
         self.started = False
         self.finished = False
@@ -94,7 +97,7 @@ class ResponseWriter:
         else:
             framing = b"Transfer-Encoding: chunked\r\n"
             self._chunked = True
-            self._chunking = not self._no_body
+            self.chunking = not self._no_body
         if not self.keep_alive:
             framing += b"Connection: close\r\n\r\n"
         elif self._http10:
@@ -106,10 +109,10 @@ class ResponseWriter:
         return out
 
     def body(self, data: bytes) -> bytes:
-        if self._chunking:  # a streamed answer's usual write: one flag, not four checks
+        if self.chunking:  # a streamed answer's usual write: one flag, not four checks
             if not data:
                 return b""
-            out = b"%x\r\n%s\r\n" % (len(data), data)
+            out = CHUNK_FRAME % (len(data), data)
             self.output += len(out)
             return out
         if not self.started or self.finished:
@@ -127,7 +130,7 @@ class ResponseWriter:
         if not self.started or self.finished:
             raise RuntimeError("no response body is open")
         self.finished = True
-        self._chunking = False
+        self.chunking = False
         if self._remaining:
             self.keep_alive = False  # short of its Content-Length: only a close can say so
             return b""

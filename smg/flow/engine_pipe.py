@@ -18,6 +18,8 @@ request's own task. A cancelled task stops the pipe: later callbacks do nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 from smg.flow.pipe import RUNNING, Out, Piped
@@ -44,7 +46,7 @@ class Source(Protocol):
 class EnginePipe(Piped):
     """One streamed answer from its engine to its client; see the module doc."""
 
-    __slots__ = ("_last", "probe", "renderer", "source")
+    __slots__ = ("_frames_of", "_last", "probe", "renderer", "source")
 
     def __init__(
         self, source: Source, out: Out, renderer: Frames, probe: RequestProbe | None
@@ -52,8 +54,12 @@ class EnginePipe(Piped):
         super().__init__(out)
         self.source = source
         self.renderer = renderer
-        self.probe = probe  # the request's probe (TTFT), if any
+        self.probe = probe  # the request's probe (TTFT), if any, until the first batch
         self._last: list[bytes] = []
+        # a batch's frames: the renderer's own batch call when it has one (`on_events`)
+        self._frames_of: Callable[[list[EngineEvent]], list[bytes]] = getattr(
+            renderer, "on_events", None
+        ) or partial(_one_by_one, renderer)
 
     def _start(self) -> None:
         self.source.pipe(self)
@@ -70,17 +76,12 @@ class EnginePipe(Piped):
             return
         try:
             probe = self.probe
-            if probe is not None and probe.first_at is None:
-                probe.first_at = probe.now()  # TTFT: the first batch, once per request
+            if probe is not None:  # TTFT: the first batch, once per request
+                self.probe = None
+                if probe.first_at is None:
+                    probe.first_at = probe.now()
             renderer = self.renderer
-            if len(batch) == 1:
-                frames = renderer.on_event(batch[0])
-            else:
-                frames = []
-                for ev in batch:
-                    frames += renderer.on_event(ev)
-                    if renderer.all_done:
-                        break
+            frames = self._frames_of(batch)
             if renderer.all_done:
                 self._last = frames
                 self._settle(None)
@@ -96,3 +97,16 @@ class EnginePipe(Piped):
         if outcome is not None:
             raise outcome
         return self._last
+
+
+def _one_by_one(renderer: Frames, batch: list[EngineEvent]) -> list[bytes]:
+    """A batch's frames an event at a time, up to the one that ends the last choice (a
+    renderer without `on_events`)."""
+    if len(batch) == 1:
+        return renderer.on_event(batch[0])
+    frames: list[bytes] = []
+    for ev in batch:
+        frames += renderer.on_event(ev)
+        if renderer.all_done:
+            break
+    return frames

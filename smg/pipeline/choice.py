@@ -66,6 +66,7 @@ class ChoiceState:
         "stop",
         "stops",
         "text",
+        "text_of",
     )
 
     def __init__(self, index: int, decode: DecodeFn, spec: OutputSpec) -> None:
@@ -77,6 +78,8 @@ class ChoiceState:
         self.detok = IncrementalDetokenizer(decode, skip_special_tokens=spec.skip_special_tokens)
         self.stop = StopMatcher(spec.stop_automaton, spec.include_stop)
         self.stops = spec.stop_automaton is not None  # else `stop` passes every text through
+        # `feed` for a streamed token: without stop strings the detokenizer's own (one call less)
+        self.text_of: Callable[[Sequence[int]], str] = self.feed if self.stops else self.detok.feed
         self.text: list[str] = []
         self.done = False
         self.started = False

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from smg.pipeline.byte_decode import ByteStream
+
 REPLACEMENT = "\ufffd"
 WINDOW_TOKENS = 5  # longest context kept before it slides (longer windows cost decode time)
 
@@ -103,23 +105,32 @@ class IncrementalDetokenizer:
     def feed(self, new_ids: Sequence[int], *, last: bool = False) -> str:
         """Add ids from the engine; returns the text they complete (possibly ""). `last`: no
         feed follows (only `finish`)."""
-        if not new_ids:
-            return ""
-        ids = self._ids
-        ids.extend(new_ids)
         step = self._step
-        if step is None and self._opener is not None and not last and len(ids) == len(new_ids):
-            step = self._step = self._opener(self._skip_special)
-        if step is not None:
-            try:  # a chunk's ids in one call, as the windows decode them
-                piece = step(new_ids[0] if len(new_ids) == 1 else list(new_ids))
-            except Exception:  # the windows take over (see the module doc)
-                return self._windows_from_here()
-            if piece is None:
+        if step is None:  # the first feed, or no stream decoder
+            if not new_ids:
                 return ""
-            self._prefix_offset, self._read_offset = self._read_offset, len(ids)
-            return piece
-        return self._windows()
+            ids = self._ids
+            ids += new_ids
+            if self._opener is None or last or len(ids) != len(new_ids):
+                return self._windows()
+            step = self._opener(self._skip_special)
+            if type(step) is ByteStream:
+                step = step.step  # (the bound method: a cheaper call than the object's)
+            self._step = step
+        elif new_ids:  # a stream's every other feed: the step first, one check
+            ids = self._ids
+            ids += new_ids
+        else:
+            return ""
+        try:  # a chunk's ids in one call, as the windows decode them
+            piece = step(new_ids[0] if len(new_ids) == 1 else list(new_ids))
+        except Exception:  # the windows take over (see the module doc)
+            return self._windows_from_here()
+        if piece is None:
+            return ""
+        self._prefix_offset = self._read_offset
+        self._read_offset = len(ids)
+        return piece
 
     def _windows_from_here(self) -> str:
         """The stream decoder failed: the windows go on from the last text it gave (its end and

@@ -12,7 +12,7 @@ is no longer needed: `all_done` tells the caller to cancel it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -41,6 +41,7 @@ class OutputShaper:
     ) -> None:
         self.spec = spec
         self.choices = [ChoiceState(i, decode, spec) for i in range(spec.n)]
+        self._by_index = dict(enumerate(self.choices))  # an engine event's choice: one lookup
         self.token_text = token_text or (lambda tid: decode([tid], False))
         self.prompt_tokens = 0
         self.cached_tokens = 0
@@ -76,7 +77,7 @@ class OutputShaper:
         self.all_done = all(c.done for c in self.choices)
 
     def _choice(self, index: int) -> ChoiceState | None:
-        return self.choices[index] if 0 <= index < len(self.choices) else None
+        return self._by_index.get(index)
 
     def _account(self, ev: EngineEvent, state: ChoiceState) -> None:
         self.prompt_tokens = max(self.prompt_tokens, ev.prompt_tokens)
@@ -98,29 +99,48 @@ class OutputShaper:
 
     # --- streaming -------------------------------------------------------------------------------
     def on_event(self, ev: EngineEvent) -> list[bytes]:
-        choices, index = self.choices, ev.index
-        state = choices[index] if 0 <= index < len(choices) else None
+        state = self._by_index.get(ev.index)
         if state is None or state.done:
             return []
         if self._plain_chat and state.started and type(ev) is TokenDelta:
-            # the per-token common case: chat text without parser or logprobs (started: the
-            # frame heads are made)
-            if ev.prompt_tokens > self.prompt_tokens:
-                self.prompt_tokens = ev.prompt_tokens
-            if ev.cached_tokens > self.cached_tokens:
-                self.cached_tokens = ev.cached_tokens
-            if ev.completion_tokens > state.completion_tokens:
-                state.completion_tokens = ev.completion_tokens
-            # (without stop strings the choice's text is its detokenizer's: one call less)
-            text = state.feed(ev.token_ids) if state.stops else state.detok.feed(ev.token_ids)
-            out: list[bytes] = []
-            if text:
-                state.text.append(text)
-                out.append(self._content_heads[index] + orjson.dumps(text) + _CONTENT_TAIL)
-            if state.done:  # a stop string completed
-                out.append(self._frame(index, None, finish=state))
+            return self.on_events((ev,))
+        return self._event(ev, state)
+
+    def on_events(self, batch: Iterable[EngineEvent]) -> list[bytes]:
+        """The frames of events that arrived together, in order, up to the one that ends the
+        last choice (as `on_event` one at a time): the per-token common case, chat text without
+        parser or logprobs, inline (one call a batch, not one an event)."""
+        frames: list[bytes] = []
+        by_index, plain = self._by_index, self._plain_chat
+        for ev in batch:
+            state = by_index.get(ev.index)
+            if state is None or state.done:
+                continue
+            if plain and state.started and type(ev) is TokenDelta:  # (started: heads made)
+                if ev.prompt_tokens > self.prompt_tokens:
+                    self.prompt_tokens = ev.prompt_tokens
+                if ev.cached_tokens > self.cached_tokens:
+                    self.cached_tokens = ev.cached_tokens
+                if ev.completion_tokens > state.completion_tokens:
+                    state.completion_tokens = ev.completion_tokens
+                text = state.text_of(ev.token_ids)
+                if text:
+                    state.text.append(text)
+                    frames.append(
+                        self._content_heads[ev.index] + orjson.dumps(text) + _CONTENT_TAIL
+                    )
+                if not state.done:
+                    continue
+                frames.append(self._frame(ev.index, None, finish=state))  # a stop string ended it
                 self._ended()
-            return out
+            else:
+                frames += self._event(ev, state)
+            if self.all_done:
+                break
+        return frames
+
+    def _event(self, ev: EngineEvent, state: ChoiceState) -> list[bytes]:
+        """One event's frames, any case (`state`: its choice's, not done)."""
         if not self._prefix:
             self._streaming()
         frames: list[bytes] = []

@@ -87,7 +87,9 @@ class LeanStream:
         self._watch: Watch | None = None
         self._sink: EventSink | None = None
         self._started = False  # events went out
-        self._ended = False  # the engine is done with the request: no Abort needed
+        # the engine is done with the request: no Abort needed (None: as the normaliser says,
+        # every choice finished; not written per read)
+        self._ended: bool | None = None
         self._done = False  # nothing more to hand out
         self._closed = False
 
@@ -139,11 +141,12 @@ class LeanStream:
             left = self._left = left - size
             if left < 0:  # a hostile engine's endless answer: cut it, as HTTP does
                 self._done = True
+                if self._ended is None:  # (what it was before the cut)
+                    self._ended = self._norm.all_finished
                 return list(self._norm.fail(f"the engine's answer exceeded {self._limit} bytes"))
         batch: list[EngineEvent] = self._norm.feed_all(map(self._parse, messages))
         if batch:
             self._started = True
-            self._ended = self._norm.all_finished
         return batch
 
     def _closed_early(self) -> list[EngineEvent]:
@@ -233,10 +236,13 @@ class LeanStream:
             return  # never started
         if self._watch is not None and self._idle is not None:
             self._idle.release(self._watch)
+        ended = self._ended
+        if ended is None:
+            ended = self._norm.all_finished
         if not call.done():
-            if self._ended:
+            if ended:
                 call.detach()  # finished: the trailers are on their way
             else:
                 call.cancel()
-        if not self._ended:
+        if not ended:
             self._abort(self._request_id)

@@ -25,6 +25,8 @@ from typing import Any
 from smg.pipeline.backends.grpc_contract import SGLANG, VLLM
 from smg.pipeline.engine_types import EngineModelInfo, Finished, TokenDelta, TokenLogprob
 
+_new = object.__new__
+
 _FINISH_REASONS = {
     "stop": "stop",
     "eos": "stop",
@@ -127,10 +129,18 @@ class ResponseNormaliser:
             if stream:
                 ch.delivered.extend(ids)
                 ch.last = ids
-            logprobs = None
             if self._logprobs and c.HasField("output_logprobs"):
-                logprobs = logprobs_from_proto(c.output_logprobs)
-            events.append(TokenDelta(index, ids, prompt, ch.completion, cached, logprobs))
+                lps = logprobs_from_proto(c.output_logprobs)
+                events.append(TokenDelta(index, ids, prompt, ch.completion, cached, lps))
+            else:  # (built field by field: no type call and __init__ frame a message)
+                ev = _new(TokenDelta)
+                ev.index = index
+                ev.token_ids = ids
+                ev.prompt_tokens = prompt
+                ev.completion_tokens = ch.completion
+                ev.cached_tokens = cached
+                ev.logprobs = None
+                events.append(ev)
         return events
 
     def fail(self, error: str) -> list[Finished]:

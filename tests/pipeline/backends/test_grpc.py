@@ -5,6 +5,7 @@ repeats the last chunk, interleaved choices, errors, cancellation and the tokeni
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import io
 import socket
@@ -728,6 +729,21 @@ def test_complete_with_tokens_never_streamed(rt: str) -> None:
     norm = ResponseNormaliser(rt, stream=True, n=1)
     done = norm.feed(complete(rt, [8, 9], 2))
     assert isinstance(done, Finished) and (done.token_ids, done.completion_tokens) == ([8, 9], 2)
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_a_chunk_delta_has_every_field(rt: str) -> None:
+    """(`feed_all` builds a plain chunk's TokenDelta field by field, not through __init__.)"""
+    norm = ResponseNormaliser(rt, stream=True, n=1, logprobs=False)
+    delta = norm.feed(chunk(rt, [5, 6], 2))
+    assert type(delta) is TokenDelta
+    assert dataclasses.replace(delta) == delta  # every field read (an unset slot raises)
+    assert (delta.index, delta.token_ids, delta.completion_tokens, delta.logprobs) == (
+        0,
+        [5, 6],
+        2,
+        None,
+    )
 
 
 def test_normaliser_ignores_repeats_and_empty_chunks() -> None:

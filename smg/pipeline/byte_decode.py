@@ -68,8 +68,10 @@ class ByteTable(dict[int, bytes]):
 
 
 class ByteStream:
-    """One sequence's step: the text one more id (or a chunk of ids) completes, None if none
-    yet. Made by `tokenizer.SyncDecoder.stream` for a byte-level tokenizer."""
+    """One sequence's decoding state; `step` gives the text one more id (or a chunk of ids)
+    completes, None if none yet. `tokenizer.SyncDecoder.stream` hands out a byte-level
+    tokenizer's `step` as a bound method (CPython 3.11 inlines the call of a bound method; an
+    object's `__call__` goes through a slot and a fresh frame)."""
 
     __slots__ = ("_pending", "_table")
 
@@ -78,8 +80,6 @@ class ByteStream:
         self._pending = b""  # the bytes of ids whose text is held back
 
     def step(self, ids: int | list[int]) -> str | None:
-        """(Also the object's call: a bound method is the cheaper call per token, as CPython
-        3.11 inlines it; `__call__` goes through a slot.)"""
         table = self._table
         if type(ids) is int:
             data = table[ids]
@@ -97,5 +97,3 @@ class ByteStream:
             self._pending = data
             return None
         return text or None
-
-    __call__ = step

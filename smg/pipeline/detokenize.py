@@ -32,8 +32,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from smg.pipeline.byte_decode import ByteStream
-
 REPLACEMENT = "\ufffd"
 WINDOW_TOKENS = 5  # longest context kept before it slides (longer windows cost decode time)
 
@@ -113,10 +111,7 @@ class IncrementalDetokenizer:
             ids += new_ids
             if self._opener is None or last or len(ids) != len(new_ids):
                 return self._windows()
-            step = self._opener(self._skip_special)
-            if type(step) is ByteStream:
-                step = step.step  # (the bound method: a cheaper call than the object's)
-            self._step = step
+            step = self._step = self._opener(self._skip_special)
         elif new_ids:  # a stream's every other feed: the step first, one check
             ids = self._ids
             ids += new_ids

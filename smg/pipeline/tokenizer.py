@@ -88,7 +88,7 @@ class SyncDecoder:
         """A fresh step for one sequence: by table for a byte-level tokenizer, else the HF
         tokenizer's `DecodeStream`."""
         if self._tables is not None:
-            return ByteStream(self._tables[skip_special_tokens])
+            return ByteStream(self._tables[skip_special_tokens]).step
         return partial(DecodeStream(skip_special_tokens=skip_special_tokens).step, self._inner)
 
 

@@ -60,7 +60,7 @@ def deltas(decode: object, ids: Sequence[int], sizes: Sequence[int], skip: bool)
 
 
 def test_a_byte_level_tokenizer_streams_by_table() -> None:
-    assert isinstance(tok().decode_sync.stream(True), ByteStream)
+    assert isinstance(getattr(tok().decode_sync.stream(True), "__self__", None), ByteStream)
     assert len(BYTES) == 256
 
 
@@ -121,5 +121,5 @@ def test_unknown_ids_decode_to_nothing_and_are_not_kept() -> None:
 def test_other_decoders_keep_the_hf_stream_decoder() -> None:
     word = HFTokenizer(models.WordLevel({"hi": 0, "there": 1, "[UNK]": 2}, unk_token="[UNK]"))
     step = SyncDecoder(word, frozenset()).stream(True)
-    assert not isinstance(step, ByteStream)
+    assert not isinstance(getattr(step, "__self__", None), ByteStream)
     assert step(0) == "hi"

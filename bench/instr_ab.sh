@@ -15,6 +15,7 @@
 #                                        # (both gateways templating and tokenizing, tiny-tok)
 #   STREAM=1 N=300 bench/instr_ab.sh     # per streamed request: max_tokens 64, SSE read to its end
 #   STREAM=1 N=50 WORKER_ARGS="--token-rate 200" bench/instr_ab.sh   # one upstream read a token
+#   STREAM=1 MAX_TOKENS=8 ...           # another length (default 64 streamed, 8 not)
 #   (STREAM [0], WORKER_ARGS [] for the fake worker or engine. Syscall counts under valgrind are
 #   not the gateway's own: its thread lock is a pipe; count them without it, from /proc/PID/io.)
 # Env: BASE_REV [merge-base of HEAD and main]  N [1000]  RUNS [3]  WARM [300]  PORT_BASE [18700] (worker +51,
@@ -33,7 +34,7 @@ CONC=${CONC:-1}  # clients at once (keep-alive connections), N split between the
 case $MODE in http|grpc) ;; *) echo "instr_ab: MODE is http or grpc" >&2; exit 2 ;; esac
 GRPC_PY=${VENV_GRPC:-$SMG_BENCH_HOME/venv-grpc-proto}/bin/python
 TOKDIR=${TOKDIR:-$SMG_BENCH_HOME/tiny-tok}
-WORKER_ARGS=${WORKER_ARGS:-}; export STREAM=${STREAM:-0}
+WORKER_ARGS=${WORKER_ARGS:-}; export STREAM=${STREAM:-0} MAX_TOKENS=${MAX_TOKENS:-}
 W=$((PORT_BASE+51))
 command -v valgrind >/dev/null && command -v callgrind_control >/dev/null \
   || { echo "instr_ab: valgrind not found" >&2; exit 1; }
@@ -55,7 +56,8 @@ cat >"$OUT/drive.py" <<'PY'
 import http.client, json, os, sys, threading
 port, n, conc = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 stream = os.environ.get("STREAM") == "1"
-body = json.dumps({"model": "fake-model", "max_tokens": 64 if stream else 8, "stream": stream,
+max_tokens = int(os.environ.get("MAX_TOKENS") or (64 if stream else 8))
+body = json.dumps({"model": "fake-model", "max_tokens": max_tokens, "stream": stream,
                    "messages": [{"role": "user", "content": "Hello, how are you?"}]})
 def client(k):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)

@@ -93,8 +93,7 @@ class EdgeWriter:
             await self.out.write(bytes(data))
 
     async def write_eof(self, chunk: bytes | bytearray | memoryview = b"") -> None:
-        await self.write(chunk)
-        await self.out.end()
+        await self.out.end(bytes(chunk))  # the last bytes and the end: one write
 
     async def drain(self) -> None:
         """Every write already waited for the client."""

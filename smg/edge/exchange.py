@@ -187,7 +187,14 @@ class EdgeResponse:
         """Wait until the client takes more (at most the write timeout, then the cut)."""
         await self._conn.drain()
 
-    async def end(self) -> None:
+    async def end(self, last: bytes = b"") -> None:
+        """End the body; `last`, the body's last bytes, goes out with the end in one write."""
         conn = self._conn
-        if (out := conn.response.end()) or self._head:
+        response = conn.response
+        if last:
+            self.sent += len(last)
+            out = response.body(last) + response.end()
+        else:
+            out = response.end()
+        if out or self._head:
             self._send(out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from smg.api.edge_answers import EdgeWriter
 from smg.edge.exchange import EdgeResponse
 from smg.edge.h1 import RequestHead
 from smg.edge.h1_write import ResponseWriter
@@ -90,3 +91,35 @@ async def test_a_closed_client_gets_no_late_head() -> None:
     conn.transport.closing = True
     await asyncio.sleep(0)
     assert conn.transport.writes == []
+
+
+async def test_the_last_bytes_and_the_end_go_out_in_one_write() -> None:
+    resp, conn = response()
+    await resp.start(200, SSE)
+    assert resp.write_nowait(b"data: 1\n\n")
+    await resp.end(b"data: [DONE]\n\n")
+    assert conn.transport.writes[1:] == [b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"]
+    assert resp.sent == len(b"data: 1\n\n") + len(b"data: [DONE]\n\n")
+    assert conn.response.finished
+
+
+async def test_a_held_head_the_last_bytes_and_the_end_are_one_write() -> None:
+    resp, conn = response()
+    await resp.start(200, SSE)
+    await resp.end(b"data: [DONE]\n\n")
+    await asyncio.sleep(0)
+    assert len(conn.transport.writes) == 1
+    out = conn.transport.writes[0]
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert out.endswith(b"chunked\r\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+
+
+async def test_the_flows_write_eof_ends_in_one_write() -> None:
+    """What a streamed answer's last frames take through aiohttp's `write_eof` on the edge."""
+    resp, conn = response()
+    writer = EdgeWriter(resp)
+    await resp.start(200, SSE)
+    assert writer.write_nowait(b"data: 1\n\n")
+    await writer.write_eof(bytearray(b"data: [DONE]\n\n"))
+    assert conn.transport.writes[1:] == [b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"]
+    assert writer.output_size == len(b"data: 1\n\n") + len(b"data: [DONE]\n\n")

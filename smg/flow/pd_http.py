@@ -243,11 +243,11 @@ class HttpPd:
         try:
             await out.prepare(client)
             with tracing.stage("stream"):
-                failure = await relay_body(resp, client, out, watch, first_token=False)
+                failure, tail = await relay_body(resp, client, out, watch, first_token=False)
             if failure is not None:
                 detail = f"{decode.url}: answer broke off: {failure!r}"
                 raise LegFailed(pd.DECODE, detail) from failure
-            await out.write_eof()
+            await out.write_eof(tail)
         except ConnectionError:
             return None
         finally:

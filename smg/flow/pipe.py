@@ -14,6 +14,8 @@ in the request's own context.
 `Pipe.run()` returns None when the stream ended, the failure (the idle cut, the deadline, a
 broken or malformed answer) when it failed, and raises ConnectionError when the client left;
 a cancelled task (the client's connection lost) stops the pipe: later callbacks do nothing.
+The body's last bytes, when its end came with them, are not written: they wait in `tail` for
+the caller to write with the answer's own end (one write, not two).
 """
 
 from __future__ import annotations
@@ -121,12 +123,13 @@ class Piped:
 class Pipe(Piped):
     """One stream's body from its worker to its client; see the module doc."""
 
-    __slots__ = ("_first", "source", "watch")
+    __slots__ = ("_first", "source", "tail", "watch")
 
     def __init__(self, source: Source, out: Out, watch: Watch, first_token: bool = False) -> None:
         super().__init__(out)
         self.source = source
         self.watch = watch
+        self.tail = b""  # the body's last bytes, held for the caller's end (see the module doc)
         self._first: Callable[[], None] | None = None
         if first_token:
             ctx = contextvars.copy_context()  # the request's span, not the connection's
@@ -149,9 +152,22 @@ class Pipe(Piped):
             return
         self.watch.progress += 1
         if self._first is not None:
-            first, self._first = self._first, None
-            first()
+            self._first_token()
         self._write(chunk)
+
+    def last(self, chunk: bytes) -> None:
+        """The body's last bytes, its end right behind them: held for the caller's end."""
+        if self._outcome is not RUNNING:
+            return
+        if self._first is not None:  # the whole body in one read
+            self._first_token()
+        self.tail = chunk
+        self._settle(None)
+
+    def _first_token(self) -> None:
+        first, self._first = self._first, None
+        if first is not None:
+            first()
 
     # --- the request's task ------------------------------------------------------------------
     async def run(self) -> BaseException | None:

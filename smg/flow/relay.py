@@ -106,22 +106,25 @@ async def relay_body(
     watch: Watch,
     *,
     first_token: bool = True,
-) -> BaseException | None:
+) -> tuple[BaseException | None, bytes]:
     """`upstream`'s body to the prepared `resp`, as `pump` (same outcomes), through a `Pipe`
     when the client's writer and the upstream body both offer the no-wait calls. With tracing
-    on and `first_token`, the first chunk records the time to the first token."""
+    on and `first_token`, the first chunk records the time to the first token. Also returns
+    the body's last bytes when they are not written yet (the pipe's `tail`): the caller's
+    `write_eof` takes them, with the end, in one write."""
     first_token = first_token and tracing.enabled()
     writer = getattr(client, "writer", None)
     content = upstream.content
     if hasattr(writer, "write_nowait") and hasattr(content, "pipe"):
-        failure = await Pipe(content, writer, watch, first_token).run()  # type: ignore[arg-type]
+        pipe = Pipe(content, writer, watch, first_token)  # type: ignore[arg-type]
+        failure = await pipe.run()
         if failure is not None and not isinstance(failure, UPSTREAM_FAILURES):
             raise failure
-        return failure
+        return failure, pipe.tail
     write: Callable[[bytes], Awaitable[None]] = resp.write
     if first_token:
         write = tracing.on_first_write(write)
-    return await pump(upstream, write, watch)
+    return await pump(upstream, write, watch), b""
 
 
 class HttpRelay:
@@ -184,12 +187,12 @@ class HttpRelay:
         try:  # finds the connection gone): that says nothing about the worker
             try:
                 await resp.prepare(client)
-                failure = await relay_body(upstream, client, resp, watch)
+                failure, tail = await relay_body(upstream, client, resp, watch)
                 success = failure is None
                 if failure is not None:
                     err = upstream_failure(backend, failure, request_id, worker_id)
-                    await resp.write(sse_error(err))
-                await resp.write_eof()
+                    tail += sse_error(err)
+                await resp.write_eof(tail)
             except ConnectionError:  # the client left; `finally` drops the upstream
                 pass
             return resp

@@ -76,6 +76,7 @@ class Rig:
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     bodies: list[Any] = field(default_factory=list)  # the upstream bodies relayed
     connections: int = 0  # the worker's
+    client_writes: list[bytes] = field(default_factory=list)  # what the edge wrote the client
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.edge.port)
@@ -146,6 +147,14 @@ async def rig() -> AsyncIterator[Rig]:
 
     async def handler(req: EdgeRequest, resp: EdgeResponse) -> Reply | None:
         await req.read()
+        transport = resp._conn.transport  # type: ignore[attr-defined]
+        write = transport.write  # (asyncio's own transport: its write can be wrapped)
+
+        def spy(data: bytes) -> None:
+            r.client_writes.append(bytes(data))
+            write(data)
+
+        transport.write = spy
         upstream = await backend.open(worker, "/v1/chat/completions", b"{}", {})
         r.bodies.append(upstream.content)
         worker.counter.active += 1
@@ -200,6 +209,27 @@ async def test_a_stream_is_relayed_whole_and_counts_as_a_success(rig: Rig) -> No
     assert rig.mailbox.told == [Outcome(True)]
     assert rig.worker.counter.active == 0
     assert rig.bodies[0].sink is not None  # it went through the pipe, not the read loop
+
+
+async def test_the_last_read_and_the_answers_end_are_one_client_write(rig: Rig) -> None:
+    """The worker's last read holds its last pieces and its end: the client gets those pieces
+    and the edge's own end in one write (not a write and a 5-byte end after it)."""
+
+    async def script(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        w.write(HEAD + chunk(event(0)))
+        await w.drain()
+        await asyncio.sleep(0.05)
+        w.write(chunk(event(1)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await w.drain()
+
+    SCRIPT.append(script)
+    body = body_of(await rig.answer())
+    assert body == event(0) + event(1) + b"data: [DONE]\n\n"
+    writes = rig.client_writes
+    assert len(writes) == 2, writes  # the head with the first piece; the rest with the end
+    assert writes[1] == chunk(event(1) + b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    await asyncio.wait_for(rig.settled.wait(), 2.0)
+    assert rig.mailbox.told == [Outcome(True)]
 
 
 async def test_a_worker_dying_mid_stream_ends_it_with_an_error_event_told_once(rig: Rig) -> None:
@@ -373,3 +403,16 @@ async def test_a_paused_pipe_resumes_on_drain_and_counts_the_wait_as_busy() -> N
     body.set_exception(TimeoutError("deadline"))
     failure = await asyncio.wait_for(task, 1.0)
     assert isinstance(failure, TimeoutError)
+
+
+async def test_a_body_that_ended_before_its_pipe_leaves_its_bytes_as_the_tail() -> None:
+    """What waited unread when the pipe started, with the end behind it, is not written: the
+    caller writes it with the answer's end (relay_body returns it)."""
+    conn, out = Conn(), SlowClient()
+    body = Body(conn)
+    body.feed(b"a")
+    body.feed(b"b")
+    body.feed_eof()
+    pipe = Pipe(body, out, Watch(lambda: None))
+    assert await asyncio.wait_for(pipe.run(), 1.0) is None
+    assert out.got == [] and pipe.tail == b"ab"

@@ -13,8 +13,9 @@ when the reader has taken them, so a stream is relayed chunk by chunk with bound
 `Body.pipe(sink)` turns the rest of the body into callbacks: what is buffered, then every chunk
 as the connection decodes it, goes to `sink.data` in the connection's own `data_received` (no
 buffer, no future, no task wake); the end to `sink.end`, a failure (the idle cut, the deadline,
-a broken connection) to `sink.fail`. The sink holds the connection back with `pause_source` /
-`resume_source` (its client is slow).
+a broken connection) to `sink.fail`. The body's last bytes, when its end came in the same read,
+go to `sink.last` (so the sink can write them with its own end), and the end to `sink.end` too.
+The sink holds the connection back with `pause_source` / `resume_source` (its client is slow).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Sink(Protocol):
     """Where a piped body goes (called from the connection's callbacks; see the module doc)."""
 
     def data(self, chunk: bytes) -> None: ...
+    def last(self, chunk: bytes) -> None: ...  # the body's last bytes: `end` follows at once
     def end(self) -> None: ...
     def fail(self, exc: BaseException) -> None: ...
 
@@ -120,7 +122,10 @@ class Body:
             data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
             chunks.clear()
             self._size = 0
-            sink.data(data)
+            if self._eof:
+                sink.last(data)
+            else:
+                sink.data(data)
         if self._eof:
             sink.end()
 

@@ -213,7 +213,10 @@ class _Conn(asyncio.Protocol):
                                 parts.append(events.popleft())  # type: ignore[arg-type]
                             ev = b"".join(parts)
                     if (sink := body.sink) is not None:  # piped: as `Body.feed` hands it
-                        sink.data(ev)
+                        if events and type(events[0]) is End:  # with the end: one write
+                            sink.last(ev)
+                        else:
+                            sink.data(ev)
                     else:
                         body.feed(ev)
             elif type(ev) is ResponseHead:

@@ -356,6 +356,9 @@ class _Sink:
     def data(self, chunk: bytes) -> None:
         self.got.append(chunk)
 
+    def last(self, chunk: bytes) -> None:
+        self.got.append(("last", chunk))
+
     def end(self) -> None:
         self.got.append("end")
 
@@ -374,6 +377,6 @@ async def test_a_reads_body_pieces_reach_a_piped_body_as_one_piece_in_order() ->
     assert sink.got == [b"a"]
     conn.data_received(b"1\r\nb\r\n2\r\ncd\r\n1\r\ne\r\n")  # body pieces only
     conn.data_received(b"1\r\nf\r\n2\r\ngh\r\n0\r\n\r\n")  # body pieces, then the end
-    assert sink.got == [b"a", b"bcde", b"fgh", "end"]
+    assert sink.got == [b"a", b"bcde", ("last", b"fgh"), "end"]  # the last ones as such
     if conn.timer is not None:
         conn.timer.cancel()

@@ -154,8 +154,10 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
             if handle is not None:
                 handle.cancel()
         self._timer = self._linger = None
-        if self.task is not None:
-            self.task.cancel()  # the client is gone: so is its handler
+        if self.task is not None and not self.response.finished:
+            # the client is gone: so is its handler, unless its answer went out whole (what it
+            # still does, e.g. settle a PD prefill leg, is the gateway's, under its own deadlines)
+            self.task.cancel()
         for fut in self._drain_waiters:
             if not fut.done():
                 fut.set_exception(ConnectionResetError("the client closed the connection"))

@@ -35,6 +35,7 @@ class App:
         self.cancelled = asyncio.Event()
         self.started = asyncio.Event()
         self.written = 0
+        self.after: list[str] = []  # what /after did once its answer was out
 
     async def __call__(self, req: EdgeRequest, resp: EdgeResponse) -> Reply | None:
         self.peers.append(req.peer)
@@ -73,6 +74,17 @@ class App:
                 self.cancelled.set()
                 raise
             return Reply(200, b"{}")
+        if path == b"/after":  # the answer whole, then work of the gateway's own
+            await resp.start(200, ((b"Content-Type", b"text/event-stream"),))
+            await resp.end(b"data: [DONE]\n\n")
+            self.started.set()
+            try:
+                await asyncio.sleep(0.3)
+            except asyncio.CancelledError:
+                self.after.append("cancelled")
+                raise
+            self.after.append("finished")
+            return None
         if path == b"/missing":
             raise ApiError(404, "unknown_url", "no such thing")
         if path == b"/boom":
@@ -500,3 +512,25 @@ async def test_reading_pauses_at_the_pipeline_bound_and_resumes(
     bodies = [part.split(b"\r\n\r\n", 1)[1][:1] for part in out.split(b"HTTP/1.1 ")[2:]]
     assert bodies == [b"%d" % i for i in range(8)]  # resumed, all answered in order
     writer.close()
+
+
+async def test_a_client_leaving_after_its_whole_answer_does_not_cancel_the_handler(
+    app_server: tuple[App, EdgeServer],
+) -> None:
+    """A client that reads its whole answer and hangs up (the OpenAI SDK closes after [DONE])
+    leaves the handler to finish what it still does; one that leaves mid-answer cancels it."""
+    app, server = app_server
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5)
+    assert data.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    await asyncio.wait_for(app.started.wait(), 5)
+    writer.close()
+    await asyncio.sleep(0.6)
+    assert app.after == ["finished"]
+    app.started.clear()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(app.started.wait(), 5)
+    writer.close()
+    await asyncio.wait_for(app.cancelled.wait(), 5)

@@ -48,21 +48,21 @@ def test_pd_grpc_streaming_and_non_streaming(launch: Launcher, runtime: str) -> 
 def test_a_slow_sglang_prefill_runs_to_its_end_after_the_client_hangs_up(
     launch: Launcher,
 ) -> None:
-    """SGLang's legs run at once: a prefill slower than the decode (here 250 ms a token against
+    """SGLang's legs run at once: a prefill slower than the decode (here 1 s a token against
     none) is still running when the client has its whole streamed answer and hangs up (the
     OpenAI SDK closes after [DONE]). The gateway lets it end: not aborted, its worker settled."""
     prefill = launch.engine(
-        runtime="sglang", role="prefill", bootstrap_port=BOOTSTRAP_PORT, decode_ms_per_token=250
+        runtime="sglang", role="prefill", bootstrap_port=BOOTSTRAP_PORT, decode_ms_per_token=1000
     )
     decode = launch.engine(runtime="sglang", role="decode")
     gw = launch.gateway(prefill=[(prefill, BOOTSTRAP_PORT)], decode=[decode])
     stream = gw.client().chat.completions.create(
-        model="sim-model", messages=MESSAGES, max_tokens=4, stream=True
+        model="sim-model", messages=MESSAGES, max_tokens=3, stream=True
     )
     chunks = list(stream)  # read to [DONE], then the SDK closes the connection
     assert chunks[-1].choices[0].finish_reason == "length"
     assert prefill.stats()["in_flight"] == 1  # the prefill leg outlived the answer
-    p, _ = wait_completed(1, prefill, decode)
+    p, _ = wait_completed(1, prefill, decode, timeout_s=20)
     assert p["cancelled"] == 0 and p["abort_requests"] == 0
 
 

@@ -56,10 +56,7 @@ class EnginePipe(Piped):
         self.renderer = renderer
         self.probe = probe  # the request's probe (TTFT), if any, until the first batch
         self._last: list[bytes] = []
-        # a batch's frames: the renderer's own batch call when it has one (`on_events`)
-        self._frames_of: Callable[[list[EngineEvent]], list[bytes]] = getattr(
-            renderer, "on_events", None
-        ) or partial(_one_by_one, renderer)
+        self._frames_of = frames_of(renderer)
 
     def _start(self) -> None:
         self.source.pipe(self)
@@ -97,6 +94,15 @@ class EnginePipe(Piped):
         if outcome is not None:
             raise outcome
         return self._last
+
+
+def frames_of(renderer: Frames) -> Callable[[list[EngineEvent]], list[bytes]]:
+    """A batch's frames, up to the event that ends the last choice: the renderer's own batch
+    call when it has one (`on_events`), else its events one at a time."""
+    batch_call: Callable[[list[EngineEvent]], list[bytes]] | None = getattr(
+        renderer, "on_events", None
+    )
+    return batch_call or partial(_one_by_one, renderer)
 
 
 def _one_by_one(renderer: Frames, batch: list[EngineEvent]) -> list[bytes]:

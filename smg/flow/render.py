@@ -27,7 +27,7 @@ from aiohttp import web
 from smg import errors
 from smg.errors import ApiError
 from smg.flow.answer import Whole
-from smg.flow.engine_pipe import EnginePipe
+from smg.flow.engine_pipe import EnginePipe, frames_of
 from smg.metrics.router import CURRENT, RequestProbe, answered
 from smg.pipeline.backends.grpc_pool import EngineStream
 from smg.pipeline.chat_answer import ChatStep
@@ -186,18 +186,11 @@ async def _pump(
     engine connection's callbacks): one write per batch; returns the last batch's frames once
     every choice is done ([] if the stream ended first)."""
     write = resp.write
-    on_event = renderer.on_event
+    batch_frames = frames_of(renderer)
     async for batch in engine.batches():
         if probe is not None and probe.first_at is None:
             probe.first_at = probe.now()  # TTFT: the first batch, once per request
-        if len(batch) == 1:
-            frames = on_event(batch[0])
-        else:
-            frames = []
-            for ev in batch:
-                frames += on_event(ev)
-                if renderer.all_done:
-                    break
+        frames = batch_frames(batch)
         if renderer.all_done:
             return frames
         if frames:

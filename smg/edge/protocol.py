@@ -145,7 +145,14 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.registry.discard(self)
+        task = self.task
+        if task is not None and self.response.finished:
+            # the answer went out whole: the handler finishes what it still does (e.g. settle a
+            # PD prefill leg: the gateway's work, under its own deadlines), and the connection
+            # stays counted until it has, so the server's close waits for it (within its grace)
+            task.add_done_callback(self._forget)
+        else:
+            self.registry.discard(self)
         if self.watcher is not None:
             self.watcher.forget(self)
         self.closing = True
@@ -154,14 +161,22 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
             if handle is not None:
                 handle.cancel()
         self._timer = self._linger = None
-        if self.task is not None and not self.response.finished:
-            # the client is gone: so is its handler, unless its answer went out whole (what it
-            # still does, e.g. settle a PD prefill leg, is the gateway's, under its own deadlines)
-            self.task.cancel()
+        if task is not None and not self.response.finished:
+            task.cancel()  # the client is gone mid-answer: so is its handler
         for fut in self._drain_waiters:
             if not fut.done():
                 fut.set_exception(ConnectionResetError("the client closed the connection"))
         self._drain_waiters.clear()
+
+    def _forget(self, _task: object) -> None:
+        self.registry.discard(self)
+
+    def abandon(self) -> None:
+        """The server's grace is over: drop the connection and cancel its handler, including one
+        that outlived its client after a whole answer."""
+        self.transport.abort()
+        if self.task is not None:
+            self.task.cancel()
 
     def pause_writing(self) -> None:
         self.write_paused = True

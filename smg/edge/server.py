@@ -120,7 +120,7 @@ class EdgeServer:
                 "edge server: %d connections cut after %.1f s", len(self.connections), grace
             )
         for conn in list(self.connections):
-            conn.transport.abort()  # connection_lost cancels its handler
+            conn.abandon()
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)

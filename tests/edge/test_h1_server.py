@@ -534,3 +534,25 @@ async def test_a_client_leaving_after_its_whole_answer_does_not_cancel_the_handl
     await asyncio.wait_for(app.started.wait(), 5)
     writer.close()
     await asyncio.wait_for(app.cancelled.wait(), 5)
+
+
+@pytest.mark.parametrize("grace", [3.0, 0.05])
+async def test_close_waits_within_its_grace_for_a_handler_that_outlived_its_client(
+    grace: float,
+) -> None:
+    """A handler whose client left after the whole answer still counts as in flight: the
+    server's close waits for it (SIGTERM drains it), and cancels it once the grace is over."""
+    app = App()
+    server = EdgeServer(app)
+    await server.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 5)
+    await asyncio.wait_for(app.started.wait(), 5)
+    writer.close()
+    await asyncio.sleep(0.05)  # the hang-up reaches the server; the handler sleeps on (0.3 s)
+    assert len(server.connections) == 1
+    await server.close(grace=grace)
+    await asyncio.sleep(0)  # a cancelled handler takes its cancellation on the next turn
+    assert app.after == (["finished"] if grace > 0.3 else ["cancelled"])
+    assert not server.connections

@@ -111,8 +111,11 @@ class Listeners:
             reuse_port=self.reuse_port,
         )
         self.port = self.edge.port
+        # one of `--workers N` processes: its metrics listener is the parent's private one on
+        # 127.0.0.1 (child_argv), scraped in plain HTTP; the parent serves the public one (TLS)
+        metrics_tls = None if self.reuse_port else self.tls
         metrics = await start_metrics(
-            cfg.observability, cfg.server.host, render, metrics_gate, ssl_context=self.tls
+            cfg.observability, cfg.server.host, render, metrics_gate, ssl_context=metrics_tls
         )
         if metrics is not None:
             self.metrics_runner, self.metrics_port = metrics

@@ -8,8 +8,9 @@ The plan and the children's arguments are pure (smg/core/processes.py); this is 
 - each child is `python -m smg launch <the user's flags> --workers 1 ...` (spawned, not forked:
   grpc is not fork-safe), in its own session so a terminal's Ctrl-C reaches the parent only,
   which forwards one SIGTERM; a child whose parent is gone stops by itself;
-- the parent serves the one public `/metrics`, gathered from the children's loopback metrics
-  listeners with a `process` label, the scraper's credential passed on (the children judge it);
+- the parent serves the one public `/metrics` (over TLS with the gateway's certificate when it
+  has one), gathered from the children's private loopback metrics listeners (plain HTTP) with a
+  `process` label, the scraper's credential passed on (the children judge it);
 - a child that exits unexpectedly is started again with backoff (0.5 s doubling to 30 s);
   SIGTERM drains every child (each its grace period), then the parent exits, non-zero if a
   child did.
@@ -44,6 +45,7 @@ from smg.core.processes import (
     Backoff,
     child_argv,
 )
+from smg.tls import ServerTls
 
 log = structlog.get_logger("smg.processes")
 
@@ -111,6 +113,10 @@ class ProcessGroup:
         self.children: list[Child] = []
         self.port = 0
         self.stopping = False
+        # the public /metrics speaks TLS as the children's listener does (a bad certificate
+        # fails here, before any child starts)
+        tls = ServerTls.load(cfg.tls.tls_cert_path, cfg.tls.tls_key_path)
+        self.metrics_tls = None if tls is None else tls.context
 
     # --- children ---------------------------------------------------------------------------
     def _env(self, child: Child) -> dict[str, str]:
@@ -262,7 +268,9 @@ class ProcessGroup:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         host = obs.prometheus_host or ("::" if ":" in self.cfg.server.host else "0.0.0.0")
-        site = web.TCPSite(runner, host, obs.prometheus_port, reuse_address=True)
+        site = web.TCPSite(
+            runner, host, obs.prometheus_port, reuse_address=True, ssl_context=self.metrics_tls
+        )
         try:
             await site.start()
         except OSError:

@@ -51,7 +51,7 @@ class ServerConfig:
         "(SO_REUSEPORT), sharing workers, admin changes, rate limits and cache hints over a "
         "private loopback mesh; one /metrics with a `process` label. 0: the number of cores, "
         "or 1 when the config keeps state one process cannot share (--history-backend memory, "
-        "--enable-mesh/smg node, TLS on the listener). 1: a single process.",
+        "--enable-mesh/smg node). 1: a single process.",
     )
 
 

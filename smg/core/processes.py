@@ -8,10 +8,13 @@ on different hosts. The cluster key of that mesh is random per boot and reaches 
 only through their environment.
 
 Some state is not replicated by the mesh: stored responses and conversations of the `memory`
-backend live in one process, an explicit cluster mesh (`--enable-mesh`, `smg node`) would make
-each child a member of the user's cluster, and TLS on the metrics listener would need the
-parent to scrape its children over TLS. With those, `--workers 0` (the default: the number of
-cores) runs one process and says why; an explicit `--workers N > 1` is refused.
+backend live in one process, and an explicit cluster mesh (`--enable-mesh`, `smg node`) would
+make each child a member of the user's cluster. With those, `--workers 0` (the default: the
+number of cores) runs one process and says why; an explicit `--workers N > 1` is refused.
+
+TLS on the listener is served by every child (each loads the certificate); the parent serves
+the one public /metrics with it too, and scrapes its children's private metrics listeners on
+127.0.0.1 in plain HTTP (loopback only, the scraper's credential passed on).
 """
 
 from __future__ import annotations
@@ -45,8 +48,6 @@ def single_process_reasons(cfg: GatewayConfig, command: str) -> list[str]:
         )
     if command == "node" or cfg.mesh.enable_mesh or cfg.mesh.mesh_peer_urls:
         reasons.append("a cluster mesh (--enable-mesh, smg node) is not split into processes yet")
-    if cfg.tls.tls_cert_path:
-        reasons.append("TLS on the listener is not served by several processes yet")
     return reasons
 
 

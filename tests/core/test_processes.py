@@ -25,6 +25,9 @@ def test_default_is_the_cores_unless_state_would_split() -> None:
     assert single.count == 1 and "--history-backend memory" in single.reason
     assert plan(cfg("--history-backend", "none"), "node", 4).count == 1
     assert plan(cfg("--history-backend", "none", "--workers", "1"), "launch", 4).count == 1
+    tls = ("--tls-cert-path", "c.pem", "--tls-key-path", "k.pem")  # every child serves TLS
+    assert plan(cfg("--history-backend", "none", *tls), "launch", 4).count == 4
+    assert plan(cfg("--history-backend", "none", "--workers", "2", *tls), "launch", 4).count == 2
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.tls_certs import make_pki
 
 from .conftest import Gateway, Launcher, Sim, http, wait_until
 from .test_shutdown import streamed
@@ -206,3 +207,24 @@ def test_cache_aware_sends_a_conversation_to_one_worker_whichever_process_takes_
     print(f"cache_aware, 2 processes: hits {hits}/{tries}, per process {took}, per worker {served}")
     assert all(took.get(p, 0) > 0 for p in ("0", "1")), took  # both processes placed turns
     assert hits == tries
+
+
+def test_both_processes_serve_tls_and_the_one_metrics_listener_speaks_it(
+    launch: Launcher, tmp_path: Path
+) -> None:
+    """`--workers 2` with the gateway's certificate: the `openai` SDK (trusting the test CA) is
+    served by both processes over TLS, and the parent's /metrics answers over TLS with both
+    processes' samples (it scrapes its children's private loopback listeners)."""
+    pki = make_pki(tmp_path)
+    sim = launch.sim("m")
+    tls = {"tls_cert_path": pki.server.cert, "tls_key_path": pki.server.key}
+    gw = start_group(launch, [sim], context=pki.client_context(present_cert=False), **tls)
+    assert gw.url.startswith("https://")
+    done = gw.client().chat.completions.create(model="m", messages=MSGS, max_tokens=3)
+    assert done.choices[0].message.content and done.usage and done.usage.completion_tokens == 3
+    assert chats(gw, 60) == [200] * 60  # fresh connections: the kernel spreads them
+    counts = per_process(gw, "smg_http_requests_total", path="/v1/chat/completions")
+    print(f"--workers 2 over TLS, 61 chats: requests per process {counts}")
+    assert set(counts) == {"0", "1"} and sum(counts.values()) == 61
+    with pytest.raises(OSError):  # the public /metrics is not served in plaintext
+        http("GET", f"http://127.0.0.1:{gw.metrics_port}/metrics", timeout_s=2.0)

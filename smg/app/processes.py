@@ -33,10 +33,14 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from smg import errors
 from smg.api.listeners import bound_port
+from smg.api.middleware import error_response
+from smg.api.requests import new_request_id
 from smg.app.gateway import Gateway
 from smg.config import ConfigError, GatewayConfig
 from smg.core import exposition
+from smg.core.auth import Gate, RouteClass
 from smg.core.processes import (
     DROPPED_ENV,
     KEY_ENV,
@@ -117,6 +121,7 @@ class ProcessGroup:
         # fails here, before any child starts)
         tls = ServerTls.load(cfg.tls.tls_cert_path, cfg.tls.tls_key_path)
         self.metrics_tls = None if tls is None else tls.context
+        self.gate = Gate.from_config(cfg)  # the public /metrics' gate (the scraper's address)
 
     # --- children ---------------------------------------------------------------------------
     def _env(self, child: Child) -> dict[str, str]:
@@ -251,6 +256,16 @@ class ProcessGroup:
             return None
 
         async def metrics(request: web.Request) -> web.Response:
+            # the children see the parent's loopback connection, not the scraper: who may scrape
+            # is judged here, as a single process's metrics gate judges it (loopback only while
+            # no control-plane credential is configured); a credential is judged (and a JWT
+            # verified) by the children, to whom it is passed on
+            try:
+                self.gate.decide(
+                    RouteClass.METRICS, request.method, request.headers, request.remote
+                )
+            except errors.ApiError as err:
+                return error_response(err, new_request_id())
             auth = request.headers.get("Authorization")
             answers = await asyncio.gather(*(self._scrape(session, c, auth) for c in self.children))
             for status, text in answers:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from integration.conftest import Gateway, Launcher, Sim, assert_openai_error
+from integration.conftest import Gateway, Launcher, Sim, assert_openai_error, wait_until
 
 from .auth_support import (
     ADMIN_KEY,
@@ -176,3 +176,41 @@ def test_metrics_take_a_control_plane_credential_of_any_role(roles: Gateway, add
     for hdrs in ({}, bearer(KEY), bearer("guess")):
         r = at(addr, roles, "GET", "/metrics", headers=hdrs, port=roles.metrics_port)
         assert_openai_error(r, 401, "invalid_api_key")
+
+
+@pytest.mark.parametrize("keys", [False, True], ids=["keyless", "control-plane keys"])
+def test_metrics_of_several_processes_judge_the_scraper_not_the_parent(
+    launch: Launcher, sim: Sim, addr: str, keys: bool
+) -> None:
+    """`--workers 2`: the parent gathers /metrics from its children over loopback, so the
+    children cannot see who scrapes. The parent judges the scraper as one process does: a
+    remote one without a control-plane credential is refused (403 keyless, 401 with keys), a
+    loopback one (keyless) or one with a key (of any role) gets both processes' samples."""
+    opts: dict[str, object] = {"host": "0.0.0.0", "prometheus_host": "0.0.0.0"}
+    if keys:
+        opts |= {"api_key": KEY, "control_plane_api_keys": CP_KEYS}
+    gw = launch.gateway([sim], ready=0, processes=2, history_backend="none", **opts)
+    user = bearer(USER_KEY)
+
+    def parent_metrics_up() -> bool:  # opened once both processes listen
+        try:
+            r = at("127.0.0.1", gw, "GET", "/metrics", headers=user, port=gw.metrics_port)
+        except OSError:
+            return False
+        return r.status == 200
+
+    wait_until(parent_metrics_up, 30.0, "the parent's /metrics")
+    remote = at(addr, gw, "GET", "/metrics", port=gw.metrics_port)
+    if keys:
+        assert_openai_error(remote, 401, "invalid_api_key")
+        for hdrs in (bearer(KEY), bearer("guess")):
+            r = at(addr, gw, "GET", "/metrics", headers=hdrs, port=gw.metrics_port)
+            assert_openai_error(r, 401, "invalid_api_key")
+        ok = at(addr, gw, "GET", "/metrics", headers=user, port=gw.metrics_port)
+    else:
+        assert_openai_error(remote, 403, "loopback_only")
+        relayed = {"X-Forwarded-For": "203.0.113.5"}  # a local proxy's request is not local
+        r = at("127.0.0.1", gw, "GET", "/metrics", headers=relayed, port=gw.metrics_port)
+        assert_openai_error(r, 403, "loopback_only")
+        ok = at("127.0.0.1", gw, "GET", "/metrics", port=gw.metrics_port)
+    assert ok.status == 200 and b'process="0"' in ok.body and b'process="1"' in ok.body

@@ -36,7 +36,7 @@ from aiohttp import web
 from smg import errors
 from smg.api.listeners import bound_port
 from smg.api.middleware import error_response
-from smg.api.requests import new_request_id
+from smg.api.requests import new_request_id, request_id_of
 from smg.app.gateway import Gateway
 from smg.config import ConfigError, GatewayConfig
 from smg.core import exposition
@@ -265,7 +265,7 @@ class ProcessGroup:
                     RouteClass.METRICS, request.method, request.headers, request.remote
                 )
             except errors.ApiError as err:
-                return error_response(err, new_request_id())
+                return error_response(err, request_id_of(request) or "req-" + new_request_id())
             auth = request.headers.get("Authorization")
             answers = await asyncio.gather(*(self._scrape(session, c, auth) for c in self.children))
             for status, text in answers:

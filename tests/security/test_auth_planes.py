@@ -209,6 +209,7 @@ def test_metrics_of_several_processes_judge_the_scraper_not_the_parent(
         ok = at(addr, gw, "GET", "/metrics", headers=user, port=gw.metrics_port)
     else:
         assert_openai_error(remote, 403, "loopback_only")
+        assert (remote.header("X-Request-Id") or "").startswith("req-")  # as one process answers
         relayed = {"X-Forwarded-For": "203.0.113.5"}  # a local proxy's request is not local
         r = at("127.0.0.1", gw, "GET", "/metrics", headers=relayed, port=gw.metrics_port)
         assert_openai_error(r, 403, "loopback_only")

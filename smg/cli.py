@@ -207,7 +207,14 @@ def _serve_gateway(cfg: GatewayConfig, command: str, args: Sequence[str]) -> int
 
     from smg.app.gateway import Gateway
     from smg.app.processes import ProcessGroup, serve_child
-    from smg.core.processes import PARENT_ENV, SLOT_ENV, launch_args, parse_slot, plan
+    from smg.core.processes import (
+        PARENT_ENV,
+        SLOT_ENV,
+        in_cluster,
+        launch_args,
+        parse_slot,
+        plan,
+    )
 
     slot = parse_slot(os.environ.get(SLOT_ENV))
     if slot is not None:  # one of the group, started by its parent
@@ -233,7 +240,9 @@ def _serve_gateway(cfg: GatewayConfig, command: str, args: Sequence[str]) -> int
         # once, before any child starts
         await Gateway(cfg).preflight()
         log.info("processes_starting", processes=chosen.count, reason=chosen.reason)
-        status[0] = await ProcessGroup(cfg, launch_args(args), chosen.count).run(stop)
+        cluster = in_cluster(cfg, command)  # the children join the user's cluster mesh
+        procs = ProcessGroup(cfg, launch_args(args), chosen.count, cluster=cluster)
+        status[0] = await procs.run(stop)
 
     run_until_signal(group)
     return status[0]

@@ -38,6 +38,7 @@ from smg.api.mesh_routes import MeshCollector, MeshRoutes
 from smg.api.rate_limiting import rate_check, rate_limit_middleware
 from smg.clock import Clock
 from smg.config import ConfigError, GatewayConfig, MeshNodeConfig
+from smg.config.mesh_node import seed_addrs
 from smg.core.snapshots import RegistrySnapshot, SnapshotCell
 from smg.mesh import cache_summary, rate_limit, worker_records
 from smg.mesh.cache_summary import CacheSummaries
@@ -154,17 +155,6 @@ async def resolve_seeds(
             ip = str(sockaddr[0])
             out.append(f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}")
     return list(dict.fromkeys(out))
-
-
-def seed_addrs(cfg: MeshNodeConfig) -> list[str]:
-    out: list[str] = []
-    for entry in cfg.mesh_peer_urls:
-        for part in entry.replace(",", " ").split():
-            part = part.removeprefix("http://").removeprefix("tcp://").rstrip("/")
-            if ":" not in part:
-                part = f"{part}:{cfg.mesh_port}"
-            out.append(part)
-    return out
 
 
 def boot_epoch(wall: Callable[[], float]) -> int:

@@ -45,9 +45,14 @@ from smg.core.processes import (
     DROPPED_ENV,
     KEY_ENV,
     PARENT_ENV,
+    PEER_FLAGS,
     SLOT_ENV,
     Backoff,
     child_argv,
+    cluster_mesh_args,
+    cluster_mesh_port,
+    private_mesh_args,
+    without_options,
 )
 from smg.tls import ServerTls
 
@@ -109,8 +114,13 @@ class Child:
 
 
 class ProcessGroup:
-    def __init__(self, cfg: GatewayConfig, user_args: Sequence[str], count: int) -> None:
+    def __init__(
+        self, cfg: GatewayConfig, user_args: Sequence[str], count: int, *, cluster: bool = False
+    ) -> None:
         self.cfg = cfg
+        self.cluster = cluster  # the children join the user's cluster mesh (no private one)
+        if cluster:  # (its peers reach the children through cluster_mesh_args)
+            self.user_args = without_options(user_args, PEER_FLAGS)
         self.user_args = list(user_args)
         self.count = count
         self.key = secrets.token_urlsafe(32)  # the private mesh's key: this boot only
@@ -124,21 +134,29 @@ class ProcessGroup:
         self.gate = Gate.from_config(cfg)  # the public /metrics' gate (the scraper's address)
 
     # --- children ---------------------------------------------------------------------------
+    def _mesh_port(self, index: int) -> int:
+        if self.cluster:
+            return cluster_mesh_port(self.cfg.mesh, index)
+        return loopback_port(udp_too=True)
+
     def _env(self, child: Child) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
-        env[KEY_ENV] = self.key
+        if self.cluster:  # the user's cluster: the user's key and peers, as the user set them
+            env = dict(os.environ)
+        else:
+            env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+            env[KEY_ENV] = self.key
         env[SLOT_ENV] = f"{child.index}/{self.count}"
         env[PARENT_ENV] = str(os.getpid())
         return env
 
     async def _spawn(self, child: Child) -> None:
-        peers = [c.mesh_port for c in self.children if c is not child]
+        if self.cluster:
+            mesh_args = cluster_mesh_args(self.cfg.mesh, child.index, self.count)
+        else:
+            peers = [c.mesh_port for c in self.children if c is not child]
+            mesh_args = private_mesh_args(child.mesh_port, peers)
         argv = child_argv(
-            self.user_args,
-            port=self.port,
-            mesh_port=child.mesh_port,
-            peer_mesh_ports=peers,
-            metrics_port=child.metrics_port,
+            self.user_args, port=self.port, mesh_args=mesh_args, metrics_port=child.metrics_port
         )
         child.proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -195,7 +213,8 @@ class ProcessGroup:
                 await asyncio.wait_for(stop.wait(), delay)
             if self.stopping or stop.is_set():
                 return
-            child.mesh_port = loopback_port(udp_too=True)
+            if not self.cluster:  # (in the user's cluster a child keeps its address)
+                child.mesh_port = loopback_port(udp_too=True)
             child.metrics_port = loopback_port()
             child.restarts += 1
             await self._spawn(child)
@@ -299,7 +318,7 @@ class ProcessGroup:
         with reserve_port(self.cfg.server.host, self.cfg.server.port) as sock:
             self.port = int(sock.getsockname()[1])
             self.children = [
-                Child(i, loopback_port(udp_too=True), loopback_port()) for i in range(self.count)
+                Child(i, self._mesh_port(i), loopback_port()) for i in range(self.count)
             ]
             timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
             async with aiohttp.ClientSession(timeout=timeout) as session:

@@ -45,3 +45,15 @@ class MeshNodeConfig:
     mesh_fault_injection: bool = knob(
         False, "Expose POST /mesh/faults (drop/delay/partition) for chaos tests. Never in prod."
     )
+
+
+def seed_addrs(cfg: MeshNodeConfig) -> list[str]:
+    """The peers to join as host:port (a peer named without a port: at --mesh-port)."""
+    out: list[str] = []
+    for entry in cfg.mesh_peer_urls:
+        for part in entry.replace(",", " ").split():
+            part = part.removeprefix("http://").removeprefix("tcp://").rstrip("/")
+            if ":" not in part:
+                part = f"{part}:{cfg.mesh_port}"
+            out.append(part)
+    return out

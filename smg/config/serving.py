@@ -50,8 +50,9 @@ class ServerConfig:
         "smg's own flag (the Rust gateway has none): gateway processes serving --port together "
         "(SO_REUSEPORT), sharing workers, admin changes, rate limits and cache hints over a "
         "private loopback mesh; one /metrics with a `process` label. 0: the number of cores, "
-        "or 1 when the config keeps state one process cannot share (--history-backend memory, "
-        "--enable-mesh/smg node). 1: a single process.",
+        "or 1 when the config keeps state one process cannot share (--history-backend memory). "
+        "In a cluster (smg node, --enable-mesh) each process joins it on --mesh-port + its index. "
+        "1: a single process.",
     )
 
 

@@ -6,9 +6,10 @@ import random
 
 import pytest
 
-from smg.app.mesh import GatewayMesh, boot_epoch, mesh_keyring, resolve_seeds, seed_addrs
+from smg.app.mesh import GatewayMesh, boot_epoch, mesh_keyring, resolve_seeds
 from smg.clock import FakeClock
 from smg.config import ConfigError, GatewayConfig, MeshNodeConfig, replace_path
+from smg.config.mesh_node import seed_addrs
 from smg.mesh.config import MeshConfig
 from smg.mesh.identity import NodeIdentity, fingerprint, fingerprint_of
 from smg.mesh.keyring import Keyring

@@ -9,8 +9,21 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from smg.cli import gateway_config_from, parse
 from smg.config import ConfigError, GatewayConfig
+from smg.config.mesh_node import seed_addrs
 from smg.core import exposition
-from smg.core.processes import Backoff, child_argv, launch_args, parse_slot, plan
+from smg.core.processes import (
+    PEER_FLAGS,
+    Backoff,
+    child_argv,
+    cluster_mesh_args,
+    cluster_mesh_port,
+    in_cluster,
+    launch_args,
+    parse_slot,
+    plan,
+    private_mesh_args,
+    without_options,
+)
 
 
 def cfg(*argv: str) -> GatewayConfig:
@@ -23,7 +36,9 @@ def test_default_is_the_cores_unless_state_would_split() -> None:
     assert plan(cfg("--history-backend", "redis"), "launch", None).count == 1  # unknown: 1
     single = plan(cfg(), "launch", 4)  # memory history: one process, and why
     assert single.count == 1 and "--history-backend memory" in single.reason
-    assert plan(cfg("--history-backend", "none"), "node", 4).count == 1
+    assert plan(cfg("--history-backend", "none"), "node", 4).count == 4  # children join it
+    assert in_cluster(cfg(), "node") and in_cluster(cfg("--enable-mesh"), "launch")
+    assert in_cluster(cfg("--join", "h:1"), "launch") and not in_cluster(cfg(), "launch")
     assert plan(cfg("--history-backend", "none", "--workers", "1"), "launch", 4).count == 1
     tls = ("--tls-cert-path", "c.pem", "--tls-key-path", "k.pem")  # every child serves TLS
     assert plan(cfg("--history-backend", "none", *tls), "launch", 4).count == 4
@@ -34,7 +49,6 @@ def test_default_is_the_cores_unless_state_would_split() -> None:
     ("argv", "says"),
     [
         (["--workers", "2"], "--history-backend memory"),
-        (["--workers", "2", "--history-backend", "none", "--enable-mesh"], "cluster mesh"),
         (["--workers", "-1"], "--workers must be"),
         (["--workers", "65"], "--workers must be"),
     ],
@@ -46,7 +60,8 @@ def test_an_explicit_count_that_cannot_be_served_is_refused(argv: list[str], say
 
 def test_a_child_is_the_users_gateway_on_the_shared_port_in_a_private_mesh() -> None:
     user = launch_args(["launch", "--port", "0", "--workers", "3", "--policy", "random"])
-    argv = child_argv(user, port=8123, mesh_port=4001, peer_mesh_ports=[4002], metrics_port=5001)
+    mesh = private_mesh_args(4001, [4002])
+    argv = child_argv(user, port=8123, mesh_args=mesh, metrics_port=5001)
     c = cfg(*argv[1:])
     assert argv[0] == "launch"
     assert (c.server.port, c.server.workers, c.routing.policy) == (8123, 1, "random")
@@ -56,6 +71,32 @@ def test_a_child_is_the_users_gateway_on_the_shared_port_in_a_private_mesh() -> 
         "127.0.0.1",
         5001,
     )
+
+
+def test_a_child_of_a_cluster_node_is_a_member_on_its_own_port_seeded_with_its_siblings() -> None:
+    key = "k" * 16
+    user = launch_args(
+        ["node", "--mesh-port", "4000", "--join", "h1:7000,h2", "--cluster-key", key]
+    )
+    c = cfg(*user)
+    assert user[0] == "--mesh-port"  # the command word dropped: a child runs `launch`
+    mine = without_options(user, PEER_FLAGS)  # the user's peers come from cluster_mesh_args
+    argv = child_argv(mine, port=8123, mesh_args=cluster_mesh_args(c.mesh, 1, 3), metrics_port=1)
+    child = cfg(*argv[1:])
+    assert child.mesh.enable_mesh and child.mesh.mesh_port == 4001 == cluster_mesh_port(c.mesh, 1)
+    assert child.mesh.cluster_key == key and child.mesh.mesh_host == "0.0.0.0"
+    # the user's peers keep the user's port (a bare h2 is h2:4000, not this child's 4001)
+    seeds = seed_addrs(child.mesh)
+    assert set(seeds) == {"h1:7000", "h2:4000", "127.0.0.1:4000", "127.0.0.1:4002"}
+    assert child.mesh.mesh_server_name is None  # the default name carries the port: unique
+    named = cfg("--mesh-server-name", "gw", "--mesh-host", "10.0.0.5", "--mesh-port", "4000")
+    args = cluster_mesh_args(named.mesh, 0, 2)
+    assert args == [
+        "--mesh-port", "4000", "--mesh-server-name", "gw-0", "--mesh-peer-urls", "10.0.0.5:4001"
+    ]  # fmt: skip
+    assert without_options(
+        ["--join", "a", "b", "--policy", "random", "--mesh-peer-urls=c", "--join", "d"], PEER_FLAGS
+    ) == ["--policy", "random"]
 
 
 def test_slots_and_backoff() -> None:

@@ -300,3 +300,39 @@ def test_nodes_run_the_grpc_pipeline_for_an_engine_registered_elsewhere(
     assert text and usage is not None and usage.completion_tokens == 12
     assert usage.prompt_tokens > 5  # the chat template was applied on B, not by the engine
     assert engine.stats()["requests"] >= 1
+
+
+def two_free_ports() -> int:
+    """A base port whose next port is free too (a `--workers 2` node's children take both)."""
+    for _ in range(20):
+        base, nxt = free_port(), free_port()
+        if nxt == base + 1:
+            return base
+    raise AssertionError("no two consecutive free ports")
+
+
+def test_a_node_of_two_processes_is_two_members_of_the_cluster(launch: Launcher) -> None:
+    """`smg node --workers 2`: each process joins the user's cluster on its own port (the mesh
+    port and the next), so a third node sees three members, and a worker registered on that
+    node is served through both processes of the first."""
+    a = start_node(launch, "127.0.0.61", [], two_free_ports(), processes=2, history_backend="none")
+    b = start_node(launch, "127.0.0.62", [a])
+    base = int(a.addr.rsplit(":", 1)[1])
+    members = {a.addr, f"127.0.0.61:{base + 1}", b.addr}
+
+    def three_alive_everywhere() -> bool:
+        views = [b.states()] + [a.states() for _ in range(6)]  # fresh connections: both
+        return all({k for k, s in v.items() if s == "alive"} == members for v in views)
+
+    wait_until(three_alive_everywhere, 20.0, "the two processes and B alive in every view")
+    sim = launch.sim("m")
+    add_worker(b, sim)
+    wait_until(lambda: all(a.chat_ok() for _ in range(6)), 10.0, "A serves B's worker")
+    statuses = [a.gw.request("POST", "/v1/chat/completions", BODY).status for _ in range(40)]
+    assert statuses == [200] * 40
+    served: dict[str, float] = {}
+    for name, labels, value in a.gw.metrics():
+        if name == "smg_http_requests_total" and labels.get("path") == "/v1/chat/completions":
+            served[labels["process"]] = served.get(labels["process"], 0.0) + value
+    print(f"smg node --workers 2: chats per process {served}")
+    assert set(served) == {"0", "1"} and all(v > 0 for v in served.values())

@@ -71,10 +71,21 @@ def plan(cfg: GatewayConfig, command: str, cpus: int | None) -> Plan:
         if reasons:
             return Plan(1, reasons[0])
         n = min(MAX_PROCESSES, max(1, cpus or 1))
-        return Plan(n, f"{n} cores")
+        return _with_mesh_ports(cfg, command, Plan(n, f"{n} cores"))
     if reasons:
         raise ConfigError(f"--workers {asked}: {reasons[0]}; or run --workers 1")
-    return Plan(asked, f"--workers {asked}")
+    return _with_mesh_ports(cfg, command, Plan(asked, f"--workers {asked}"))
+
+
+def _with_mesh_ports(cfg: GatewayConfig, command: str, chosen: Plan) -> Plan:
+    """In a cluster the children take `--mesh-port` and the ports after it: they must exist."""
+    port = cfg.mesh.mesh_port
+    if chosen.count > 1 and in_cluster(cfg, command) and not 0 < port <= 65536 - chosen.count:
+        raise ConfigError(
+            f"--workers {chosen.count} in a cluster takes {chosen.count} consecutive mesh ports "
+            f"from --mesh-port ({port}): set a port with room, or run --workers 1"
+        )
+    return chosen
 
 
 def parse_slot(text: str | None) -> tuple[int, int] | None:

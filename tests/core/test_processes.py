@@ -49,6 +49,14 @@ def test_default_is_the_cores_unless_state_would_split() -> None:
     ("argv", "says"),
     [
         (["--workers", "2"], "--history-backend memory"),
+        (
+            ["--workers", "2", "--history-backend", "none", "--mesh-port", "0", "--enable-mesh"],
+            "consecutive mesh ports",
+        ),
+        (
+            ["--workers", "3", "--history-backend", "none", "--mesh-port", "65534", "--join", "h"],
+            "consecutive mesh ports",
+        ),
         (["--workers", "-1"], "--workers must be"),
         (["--workers", "65"], "--workers must be"),
     ],

@@ -119,9 +119,8 @@ class ProcessGroup:
     ) -> None:
         self.cfg = cfg
         self.cluster = cluster  # the children join the user's cluster mesh (no private one)
-        if cluster:  # (its peers reach the children through cluster_mesh_args)
-            self.user_args = without_options(user_args, PEER_FLAGS)
-        self.user_args = list(user_args)
+        # in the user's cluster its peers reach the children through cluster_mesh_args
+        self.user_args = without_options(user_args, PEER_FLAGS) if cluster else list(user_args)
         self.count = count
         self.key = secrets.token_urlsafe(32)  # the private mesh's key: this boot only
         self.children: list[Child] = []

@@ -153,6 +153,8 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
             task.add_done_callback(self._forget)
         else:
             self.registry.discard(self)
+            if task is not None:
+                task.cancel()  # the client is gone mid-answer: so is its handler
         if self.watcher is not None:
             self.watcher.forget(self)
         self.closing = True
@@ -161,8 +163,6 @@ class H1Protocol(WatchedConnection, HandingOver, asyncio.Protocol):
             if handle is not None:
                 handle.cancel()
         self._timer = self._linger = None
-        if task is not None and not self.response.finished:
-            task.cancel()  # the client is gone mid-answer: so is its handler
         for fut in self._drain_waiters:
             if not fut.done():
                 fut.set_exception(ConnectionResetError("the client closed the connection"))
